@@ -1,0 +1,49 @@
+"""The one place that calls `hydra.utils.instantiate`: config sections in, plain objects out.
+
+Classes are picked in YAML with `_target_`; nothing here branches on names. The optimizer
+section is `_partial_: true`, so it becomes a `functools.partial` that pickles to every worker,
+where it is called on the shared parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping
+
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+
+from hogwild.config import ConfigError, HogwildError
+
+
+def _instantiate(section: str, values: Mapping[str, Any], **kwargs: Any) -> Any:
+    try:
+        return instantiate(dict(values), _convert_="all", **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__
+        if isinstance(cause, HogwildError):  # the object's own clear message: pass it on
+            raise cause from None
+        reason = str(cause or e).strip().splitlines()
+        raise ConfigError(f"{section} ({values.get('_target_')}) could not be built: {reason[-1] if reason else e}") from None
+
+
+def build_data(values: Mapping[str, Any]):
+    """The data set as four in-memory tensors (hogwild.data.DataSplits)."""
+    return _instantiate("data", values)
+
+
+def build_model(values: Mapping[str, Any], input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
+    """Models receive the data's input shape and class count, so configs need not repeat them."""
+    return _instantiate("model", values, input_shape=list(input_shape), num_classes=num_classes)
+
+
+def build_optimizer_factory(values: Mapping[str, Any]) -> functools.partial:
+    if values.get("_partial_") is not True:
+        raise ConfigError(f"optimizer._partial_={values.get('_partial_')!r} is not valid: expected true")
+    factory = _instantiate("optimizer", values)
+    try:  # fail here, not in every worker: build once on a throw-away parameter
+        factory([torch.nn.Parameter(torch.zeros(1))])
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"optimizer ({values.get('_target_')}) rejects its arguments: {e}") from None
+    return factory

@@ -1,0 +1,102 @@
+"""Checkpoints: data, not code. Written atomically, loaded with `weights_only=True`.
+
+A checkpoint holds the model's state dict, the per-rank progress table (epoch, batch, samples,
+steps), the fields a resumed run must agree on, and the composed config — tensors and plain
+Python types only, so `torch.load(weights_only=True)` accepts it and a hostile file cannot run
+code. A save goes to a temp file in the same folder, is fsynced, then `os.replace`d over the
+old one: a kill at any moment leaves either the old or the new checkpoint, never half of one.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import zipfile
+from typing import Any, Mapping
+
+import torch
+
+from hogwild.config import HogwildError
+
+FORMAT = 1
+# What a resumed run must share with the run it continues, or the shards would not line up.
+MUST_MATCH = ("num_workers", "batch_size", "num_train", "seed", "epochs")
+
+
+class CheckpointError(HogwildError):
+    pass
+
+
+def save(path: str, model: torch.nn.Module, progress: torch.Tensor, run: Mapping[str, Any], config: Mapping) -> None:
+    state = {
+        "format": FORMAT,
+        "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+        "progress": progress.clone(),
+        "run": dict(run),
+        "config": _plain(config),
+    }
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".last.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is an ordinary output file
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(folder, os.O_RDONLY)  # make the rename itself durable
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load(path: str) -> dict[str, Any]:
+    """Load and sanity-check a checkpoint; every problem is one CheckpointError line."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"resume_from={path!r}: no such file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, zipfile.BadZipFile, EOFError, ValueError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"resume_from={path!r} is not a loadable hogwild checkpoint: {reason}") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"resume_from={path!r} is not a hogwild checkpoint (format {FORMAT} expected)")
+    for key, kind in (("model", dict), ("progress", torch.Tensor), ("run", dict)):
+        if not isinstance(state.get(key), kind):
+            raise CheckpointError(f"resume_from={path!r} is damaged: '{key}' is missing or malformed")
+    return state
+
+
+def check_compatible(path: str, state: Mapping[str, Any], run: Mapping[str, Any], model: torch.nn.Module) -> None:
+    saved = state["run"]
+    for key in MUST_MATCH:
+        if saved.get(key) != run.get(key):
+            raise CheckpointError(
+                f"resume_from={path!r} was written with {key}={saved.get(key)!r} but this run has "
+                f"{key}={run.get(key)!r}; resume with the same value"
+            )
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
+    if expected != found:
+        diff = sorted(set(expected.items()) ^ set(found.items()))[:3]
+        raise CheckpointError(f"resume_from={path!r} does not match this model (first differences: {diff})")
+    if tuple(state["progress"].shape) != (run["num_workers"], 4):
+        raise CheckpointError(f"resume_from={path!r} is damaged: its progress table has the wrong shape")
+
+
+def _plain(value: Any) -> Any:
+    """Keep the config to plain types (weights_only loading refuses anything else)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

@@ -1,0 +1,216 @@
+"""Typed run configuration and the validation that turns a composed config into it.
+
+The CLI hands `build_run_config` a plain, fully resolved dict (no OmegaConf objects, no
+interpolations); everything below it — trainer, workers, tests — sees only these dataclasses.
+Every error names the key, the bad value and what is allowed, in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping
+
+START_METHODS = ("fork", "spawn", "forkserver")
+ON_WORKER_FAILURE = ("stop", "restart")
+
+
+class HogwildError(Exception):
+    """A problem the user can fix; the CLI prints its message as one line, without traceback."""
+
+
+class ConfigError(HogwildError, ValueError):
+    pass
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (affinity and cgroup pinning included)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    num_workers: int = 2
+    """worker processes (`auto` in YAML = usable CPU cores)"""
+    start_method: str = "forkserver"
+    """fork | spawn | forkserver; applied through a context, never globally"""
+    sharing_strategy: str = "file_descriptor"
+    """one of torch.multiprocessing.get_all_sharing_strategies()"""
+    device: str = "cpu"
+    """cpu | cuda | cuda:N (CUDA needs spawn or forkserver)"""
+    threads_per_worker: int = 1
+    """intra-op threads per worker (`auto` = max(1, cores // num_workers))"""
+    epochs: int = 1
+    """passes over the training set, in total across all workers"""
+    seed: int = 0
+    """worker `rank` seeds with seed + rank"""
+    log_every_n_steps: int = 10
+    """how often a worker reports its loss and throughput"""
+    on_worker_failure: str = "stop"
+    """stop: a dead worker ends the run; restart: it is replaced with the same rank"""
+    max_restarts: int = 3
+    """replacements allowed in one run with on_worker_failure=restart"""
+    skip_nonfinite: bool = False
+    """skip batches whose loss is NaN/inf instead of failing the run"""
+    grace_seconds: float = 5.0
+    """how long stopping workers may take to finish their step before SIGTERM"""
+    eval_batch_size: int = 1000
+    """batch size of the orchestrator's evaluation passes"""
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    every_n_steps: int = 0
+    """write checkpoints/last.pt every N optimizer steps (all workers together); 0 = off"""
+    every_seconds: float = 0.0
+    """write checkpoints/last.pt every N seconds; 0 = off"""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    trainer: TrainerConfig
+    checkpoint: CheckpointConfig
+    batch_size: int
+    data: dict[str, Any]  # `_target_` + kwargs of the data builder (batch_size removed)
+    model: dict[str, Any]  # `_target_` + kwargs of the model class
+    optimizer: dict[str, Any]  # `_target_` + `_partial_: true` + kwargs
+    output_dir: str
+    resume_from: str | None = None
+    raw: dict[str, Any] = dataclasses.field(default_factory=dict)  # composed config, for records
+
+
+def _fail(key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"{key}={value!r} is not valid: {allowed}")
+
+
+def _int(key: str, value: Any, minimum: int, auto: int | None = None) -> int:
+    if value == "auto" and auto is not None:
+        return auto
+    allowed = f"expected an integer >= {minimum}" + (" or 'auto'" if auto is not None else "")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(key, value, allowed)
+    return value
+
+
+def _number(key: str, value: Any, minimum: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+        raise _fail(key, value, f"expected a number >= {minimum}")
+    return float(value)
+
+
+def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise _fail(key, value, "allowed: " + ", ".join(allowed))
+    return value
+
+
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(key, value, "expected true or false")
+    return value
+
+
+def _check_keys(section: str, values: Mapping[str, Any], cls: type) -> None:
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{section}.{key} is not a known key; allowed: {', '.join(known)}")
+
+
+def validate_device(device: Any, start_method: str) -> str:
+    """CUDA rules, checked before anything else (the fork refusal holds on every machine)."""
+    import torch
+
+    if not isinstance(device, str) or not (
+        device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())
+    ):
+        raise _fail("trainer.device", device, "allowed: cpu, cuda, cuda:N")
+    if device == "cpu":
+        return device
+    if start_method == "fork":
+        raise ConfigError(
+            f"trainer.start_method='fork' cannot be used with trainer.device={device!r}: "
+            "CUDA tensors can only be shared with spawn or forkserver"
+        )
+    if not torch.cuda.is_available():
+        raise _fail("trainer.device", device, "CUDA is not available on this machine; use cpu")
+    index = int(device[5:]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise _fail("trainer.device", device, f"this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
+def build_trainer_config(values: Mapping[str, Any]) -> TrainerConfig:
+    import torch.multiprocessing as mp
+
+    v = {**dataclasses.asdict(TrainerConfig()), **values}
+    # The CUDA/fork refusal comes before every other check, as the contract promises.
+    device = validate_device(v["device"], v["start_method"])
+    _check_keys("trainer", values, TrainerConfig)
+    start_method = _choice("trainer.start_method", v["start_method"], START_METHODS)
+    strategies = tuple(sorted(mp.get_all_sharing_strategies()))
+    cores = usable_cores()
+    num_workers = _int("trainer.num_workers", v["num_workers"], 1, auto=cores)
+    return TrainerConfig(
+        num_workers=num_workers,
+        start_method=start_method,
+        sharing_strategy=_choice("trainer.sharing_strategy", v["sharing_strategy"], strategies),
+        device=device,
+        threads_per_worker=_int(
+            "trainer.threads_per_worker", v["threads_per_worker"], 1, auto=max(1, cores // num_workers)
+        ),
+        epochs=_int("trainer.epochs", v["epochs"], 1),
+        seed=_int("trainer.seed", v["seed"], 0),
+        log_every_n_steps=_int("trainer.log_every_n_steps", v["log_every_n_steps"], 1),
+        on_worker_failure=_choice("trainer.on_worker_failure", v["on_worker_failure"], ON_WORKER_FAILURE),
+        max_restarts=_int("trainer.max_restarts", v["max_restarts"], 0),
+        skip_nonfinite=_bool("trainer.skip_nonfinite", v["skip_nonfinite"]),
+        grace_seconds=_number("trainer.grace_seconds", v["grace_seconds"], 0.0),
+        eval_batch_size=_int("trainer.eval_batch_size", v["eval_batch_size"], 1),
+    )
+
+
+def build_checkpoint_config(values: Mapping[str, Any]) -> CheckpointConfig:
+    _check_keys("checkpoint", values, CheckpointConfig)
+    v = {**dataclasses.asdict(CheckpointConfig()), **values}
+    return CheckpointConfig(
+        every_n_steps=_int("checkpoint.every_n_steps", v["every_n_steps"], 0),
+        every_seconds=_number("checkpoint.every_seconds", v["every_seconds"], 0.0),
+    )
+
+
+def _target_section(name: str, values: Any) -> dict[str, Any]:
+    if not isinstance(values, Mapping) or "_target_" not in values:
+        raise ConfigError(f"{name} must be a config group with a _target_ (got {values!r})")
+    return dict(values)
+
+
+def build_run_config(raw: Mapping[str, Any], output_dir: str) -> RunConfig:
+    """Validate a composed, resolved config (a plain dict) into a RunConfig."""
+    for section in ("trainer", "data", "model", "optimizer"):
+        if not isinstance(raw.get(section), Mapping):
+            raise ConfigError(f"{section} is missing from the config; pick one with {section}=<name>")
+    trainer = build_trainer_config(raw["trainer"])
+    data = _target_section("data", raw["data"])
+    batch_size = _int("data.batch_size", data.pop("batch_size", None), 1)
+    resume_from = raw.get("resume_from")
+    if resume_from is not None and not isinstance(resume_from, str):
+        raise _fail("resume_from", resume_from, "expected a path to a checkpoint or null")
+    known = {"trainer", "data", "model", "optimizer", "checkpoint", "resume_from"}
+    for key in raw:
+        if key not in known and not key.startswith("hydra"):
+            raise ConfigError(f"{key} is not a known config key; allowed: {', '.join(sorted(known))}")
+    return RunConfig(
+        trainer=trainer,
+        checkpoint=build_checkpoint_config(raw.get("checkpoint") or {}),
+        batch_size=batch_size,
+        data=data,
+        model=_target_section("model", raw["model"]),
+        optimizer=_target_section("optimizer", raw["optimizer"]),
+        output_dir=output_dir,
+        resume_from=resume_from,
+        raw=dict(raw),
+    )

@@ -1,0 +1,143 @@
+"""Metric sinks, owned by the orchestrator: one TensorBoard writer, one tqdm bar.
+
+Call sites never branch on "is TensorBoard on?": they talk to a `Sinks` fan-out, and a sink
+that is off is simply not in it. The x axis everywhere is the global number of training
+samples seen, which is what means something when N workers step at their own pace.
+Tags are grouped with `/`: train/, eval/, perf/, and workers/ (one chart per rank, in a group
+of its own so that 16 workers do not drown the main charts).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Mapping
+
+
+class NullSink:
+    def scalars(self, values: Mapping[str, float], step: int) -> None: ...
+
+    def advance(self, samples: int, postfix: Mapping[str, Any]) -> None: ...
+
+    def hparams(self, hparams: Mapping[str, Any], metrics: Mapping[str, float]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Sinks(NullSink):
+    def __init__(self, *sinks: NullSink):
+        self.sinks = sinks
+
+    def scalars(self, values, step):
+        for s in self.sinks:
+            s.scalars(values, step)
+
+    def advance(self, samples, postfix):
+        for s in self.sinks:
+            s.advance(samples, postfix)
+
+    def hparams(self, hparams, metrics):
+        for s in self.sinks:
+            s.hparams(hparams, metrics)
+
+    def close(self):
+        for s in self.sinks:
+            s.close()
+
+
+class TensorBoardSink(NullSink):
+    def __init__(self, log_dir: str):
+        from torch.utils.tensorboard import SummaryWriter  # imported only where it is used
+
+        self.writer = SummaryWriter(log_dir=log_dir)
+
+    def scalars(self, values, step):
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step)
+
+    def hparams(self, hparams, metrics):
+        # run_name="." keeps the hparams in this run's folder instead of a new timestamped one,
+        # so the HParams tab of a sweep shows one row per run.
+        clean = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
+        final = {f"hparam/{k}": float(v) for k, v in metrics.items() if v is not None}
+        self.writer.add_hparams(clean, final, run_name=".")
+
+    def close(self):
+        self.writer.flush()
+        self.writer.close()
+
+
+class ProgressBar(NullSink):
+    """One bar: samples done, samples/s, loss, ETA. Disabled when stderr is not a terminal
+    unless HOGWILD_PROGRESS=1 (logs of batch jobs stay readable)."""
+
+    def __init__(self, total_samples: int, initial: int = 0):
+        from tqdm import tqdm
+
+        force = os.environ.get("HOGWILD_PROGRESS")
+        self.bar = tqdm(
+            total=total_samples,
+            initial=initial,
+            unit="samples",
+            unit_scale=True,
+            dynamic_ncols=True,
+            disable=None if force is None else force == "0",
+            desc="train",
+        )
+
+    def advance(self, samples, postfix):
+        self.bar.update(samples)
+        if postfix:
+            self.bar.set_postfix(postfix, refresh=False)
+
+    def close(self):
+        self.bar.close()
+
+
+class ProgressWindow:
+    """Aggregates worker Progress messages between two writes to the sinks.
+
+    Workers may report every step; the orchestrator writes at most every `interval` seconds,
+    so its own cost stays flat however chatty the workers are.
+    """
+
+    def __init__(self, interval: float = 0.5):
+        self.interval = interval
+        self.last_loss: dict[int, float] = {}  # latest mean loss per rank (for final_train_loss)
+        self.samples_seen = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.t_start = time.monotonic()
+        self.loss_sum: dict[int, float] = {}
+        self.steps: dict[int, int] = {}
+        self.samples: dict[int, int] = {}
+
+    def add(self, rank: int, steps: int, samples: int, loss_sum: float) -> None:
+        self.loss_sum[rank] = self.loss_sum.get(rank, 0.0) + loss_sum
+        self.steps[rank] = self.steps.get(rank, 0) + steps
+        self.samples[rank] = self.samples.get(rank, 0) + samples
+        self.last_loss[rank] = loss_sum / steps
+        self.samples_seen += samples
+
+    def due(self) -> bool:
+        return time.monotonic() - self.t_start >= self.interval
+
+    def flush(self, sinks: NullSink) -> None:
+        elapsed = max(time.monotonic() - self.t_start, 1e-9)
+        total_steps = sum(self.steps.values())
+        if total_steps:
+            values = {"train/loss": sum(self.loss_sum.values()) / total_steps}
+            values["perf/samples_per_second"] = sum(self.samples.values()) / elapsed
+            for rank in sorted(self.steps):
+                values[f"workers/loss/rank_{rank:02d}"] = self.loss_sum[rank] / self.steps[rank]
+                values[f"workers/samples_per_second/rank_{rank:02d}"] = self.samples[rank] / elapsed
+            sinks.scalars(values, self.samples_seen)
+            sinks.advance(sum(self.samples.values()), {"loss": f"{values['train/loss']:.4f}"})
+        self._reset()
+
+    @property
+    def final_train_loss(self) -> float | None:
+        if not self.last_loss:
+            return None
+        return sum(self.last_loss.values()) / len(self.last_loss)

@@ -1,0 +1,9 @@
+"""Models, picked in YAML by `_target_`. They know nothing of processes.
+
+Every model takes `input_shape` and `num_classes` (filled in from the data by the builder).
+"""
+
+from hogwild.models.convnet import ConvNet
+from hogwild.models.mlp import MLP
+
+__all__ = ["MLP", "ConvNet"]

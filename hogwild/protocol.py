@@ -1,0 +1,153 @@
+"""The parent/worker protocol: everything that crosses the process boundary, in one place.
+
+Data flow of a run::
+
+    orchestrator                                        worker(rank)
+    ------------                                        ------------
+    WorkerSpec, shared model, shared data,  ─ args ─>   sets strategy, threads, seed;
+    Control (shared int64 tensor)                       builds its own optimizer
+    reads Control.progress (checkpoints)   <─ shm ─     writes its row of Control.progress
+                                                        after every optimizer step
+    sets Control.stop                      ─ shm ─>     reads Control.stop before every step
+    drains one Pipe per worker             <─ pipe ─    Hello, Progress, EpochEnd, Log,
+    + waits on the process sentinels                    then Done  (or Failure, then exit 1)
+
+Messages are small NamedTuples of Python scalars and strings: a tensor put on a pipe would be
+copied into a new shared-memory segment, which is exactly what the hot path must not do.
+
+Shutdown (owned by ``supervisor.Supervisor.stop``): set ``Control.stop`` -> workers finish their
+step and send ``Done`` -> after a grace period SIGTERM -> SIGKILL -> join. A worker that dies
+without ``Done`` is a failure: its ``Failure`` traceback when it managed to send one, otherwise
+its exit code or the signal that killed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from typing import Any, Callable, NamedTuple
+
+import torch
+
+
+# ---- orchestrator -> worker -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+    """The few plain values a worker needs; never the whole config (it must pickle under spawn)."""
+
+    num_workers: int
+    epochs: int
+    batch_size: int
+    seed: int  # worker `rank` seeds torch with seed + rank; epoch permutations use seed + epoch
+    threads: int  # intra-op threads, set before any torch work
+    sharing_strategy: str
+    device: str
+    log_every_n_steps: int
+    optimizer_factory: Callable[..., torch.optim.Optimizer]  # called on the shared parameters
+    loss_fn: Callable[..., torch.Tensor]
+    skip_nonfinite: bool  # skip a batch whose loss is NaN/inf instead of failing the run
+    orchestrator_pid: int  # the worker exits by itself when this process is gone
+
+
+class TrainData(NamedTuple):
+    """The training split, in shared memory (or on the GPU). The test split stays home."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+
+
+class Control:
+    """Shared-memory control block: one stop flag plus one progress row per rank.
+
+    Plain shared tensors instead of multiprocessing Events/Queues: reading or writing them costs
+    nanoseconds through a numpy view, needs no semaphore (nothing to leak in /dev/shm) and no
+    feeder thread (nothing to block interpreter exit).
+    """
+
+    # columns of `progress`
+    EPOCH, BATCH, SAMPLES, STEPS = range(4)
+
+    def __init__(self, num_workers: int):
+        self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.progress = torch.zeros(num_workers, 4, dtype=torch.int64).share_memory_()
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.stop, self.progress
+
+
+# ---- worker -> orchestrator -------------------------------------------------------------------
+
+
+class Hello(NamedTuple):
+    """First message: proves which per-process settings the worker really runs with."""
+
+    rank: int
+    pid: int
+    sharing_strategy: str
+    num_threads: int
+    t: float  # time.monotonic() (system-wide on Linux, so comparable across processes)
+
+
+class Progress(NamedTuple):
+    """Sent every `log_every_n_steps` steps and once at the end; counts are deltas."""
+
+    rank: int
+    steps: int
+    samples: int
+    loss_sum: float
+    t_first: float  # monotonic time of the worker's first step (same in every message)
+    t_last: float  # monotonic time of the latest step
+
+
+class EpochEnd(NamedTuple):
+    rank: int
+    epoch: int
+
+
+class Log(NamedTuple):
+    """A log record from a worker, re-emitted by the orchestrator's logger."""
+
+    rank: int
+    level: int
+    message: str
+
+
+class Done(NamedTuple):
+    rank: int
+    stopped_early: bool  # True when the stop flag ended the worker before its last epoch
+
+
+class Failure(NamedTuple):
+    """A worker's own account of why it is about to exit non-zero."""
+
+    rank: int
+    kind: str  # "exception" | "nonfinite"
+    message: str
+    traceback: str
+
+
+Message = Hello | Progress | EpochEnd | Log | Done | Failure
+
+
+class WorkerError(RuntimeError):
+    """A worker failed; `rank` and `reason` are what the user is shown."""
+
+    def __init__(self, rank: int, reason: str, details: str = ""):
+        super().__init__(f"worker {rank} failed: {reason}")
+        self.rank = rank
+        self.reason = reason
+        self.details = details
+
+
+def describe_exit(exitcode: Any) -> str:
+    """'exit code 3' or 'killed by SIGKILL' for a process's exitcode."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"

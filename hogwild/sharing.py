@@ -1,0 +1,75 @@
+"""Shared memory: sharing strategies, moving tensors to shared memory, and the pre-flight checks
+that turn torch's deep failures ("Too many open files", "No space left on device", a bare
+"Bus error") into one clear message before any worker starts.
+"""
+
+from __future__ import annotations
+
+import resource
+import shutil
+from typing import Iterable
+
+import torch
+import torch.multiprocessing as mp
+
+from hogwild.config import HogwildError
+
+SHM_DIR = "/dev/shm"
+# fds a process needs besides the shared tensors: stdio, pipes, sentinels, imported libraries
+FD_HEADROOM = 256
+
+
+class PreflightError(HogwildError):
+    pass
+
+
+def set_sharing_strategy(strategy: str) -> None:
+    """A per-process setting: the orchestrator and every worker call this."""
+    mp.set_sharing_strategy(strategy)
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    return sum(t.untyped_storage().nbytes() for t in tensors if t.device.type == "cpu")
+
+
+def check_shm_space(needed_bytes: int, shm_dir: str = SHM_DIR) -> None:
+    """Refuse a run whose shared tensors do not fit in /dev/shm's free space."""
+    try:
+        free = shutil.disk_usage(shm_dir).free
+    except FileNotFoundError:
+        return  # no /dev/shm (not Linux): torch uses another mechanism
+    # 5% headroom: the kernel rounds segments up to pages, and torch adds a little per storage
+    if needed_bytes * 1.05 > free:
+        raise PreflightError(
+            f"{shm_dir} has {free / 2**20:.1f} MiB free but the model and data need "
+            f"{needed_bytes / 2**20:.1f} MiB of shared memory: free space in {shm_dir}, "
+            "enlarge it (e.g. docker --shm-size), or use a smaller data set"
+        )
+
+
+def ensure_fd_budget(num_tensors: int, strategy: str) -> None:
+    """Under file_descriptor every shared storage holds an open fd in every process.
+
+    Raise the soft open-file limit when the hard limit allows it (children inherit it);
+    otherwise refuse with the way out (file_system).
+    """
+    if strategy != "file_descriptor":
+        return
+    needed = num_tensors + FD_HEADROOM
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+        return
+    raise PreflightError(
+        f"trainer.sharing_strategy='file_descriptor' needs about {needed} open files for "
+        f"{num_tensors} shared tensors, but the open-file limit is {soft} (hard {hard}): "
+        "use trainer.sharing_strategy=file_system or raise the limit (ulimit -n)"
+    )
+
+
+def share_tensors(tensors: Iterable[torch.Tensor]) -> None:
+    for t in tensors:
+        if t.device.type == "cpu":
+            t.share_memory_()

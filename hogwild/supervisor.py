@@ -1,0 +1,103 @@
+"""Start, watch and stop the worker processes.
+
+The supervisor waits on every worker's pipe *and* every process sentinel at once
+(`multiprocessing.connection.wait`), so a worker that dies silently — SIGKILL, segfault,
+`os._exit` — is noticed as soon as the kernel reaps it, not when a message fails to arrive.
+Stopping is graded: the trainer raises the shared stop flag and keeps draining for a grace
+period; `terminate` then sends SIGTERM, waits a little, sends SIGKILL and joins everything.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from multiprocessing.connection import wait
+from typing import Any, Callable, Iterator, NamedTuple
+
+import torch.multiprocessing as mp
+
+
+class Exited(NamedTuple):
+    """A worker process is gone; `exitcode` is negative for a signal."""
+
+    rank: int
+    exitcode: int
+
+
+class Supervisor:
+    def __init__(self, start_method: str, target: Callable[..., None], args: Callable[[int], tuple[Any, ...]]):
+        # A context, never mp.set_start_method: a Hydra multirun starts several runs in one process.
+        self.ctx = mp.get_context(start_method)
+        if start_method == "forkserver":
+            # torch is imported once, in the fork server; each worker is then a cheap fork of it
+            self.ctx.set_forkserver_preload(["hogwild.worker"])
+        self.target, self.args = target, args
+        self.procs: dict[int, Any] = {}
+        self.conns: dict[int, Any] = {}
+
+    def start(self, rank: int) -> None:
+        reader, writer = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(
+            target=self.target, args=(rank, *self.args(rank), writer), name=f"hogwild-worker-{rank}", daemon=True
+        )
+        # The child inherits a blocked SIGINT and unblocks it only once it ignores it, so a
+        # Ctrl-C during its start-up cannot kill it with a KeyboardInterrupt traceback.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        writer.close()  # only the child writes; its EOF then means "gone"
+        self.procs[rank], self.conns[rank] = proc, reader
+
+    @property
+    def alive(self) -> list[int]:
+        return sorted(self.procs)
+
+    def events(self, timeout: float) -> Iterator[Any]:
+        """Messages from the workers, then an `Exited` for each worker that is gone."""
+        by_handle = {conn: rank for rank, conn in self.conns.items()}
+        by_handle.update({p.sentinel: rank for rank, p in self.procs.items()})
+        for handle in wait(list(by_handle), timeout):
+            rank = by_handle[handle]
+            yield from self._drain(rank)
+            proc = self.procs.get(rank)
+            if proc is not None and handle == proc.sentinel:
+                proc.join()
+                del self.procs[rank]
+                self._close(rank)
+                yield Exited(rank, proc.exitcode)
+
+    def _drain(self, rank: int) -> Iterator[Any]:
+        conn = self.conns.get(rank)
+        try:
+            while conn is not None and conn.poll():
+                yield conn.recv()
+        except (EOFError, OSError):  # the worker closed its end (or died mid-message)
+            self._close(rank)
+
+    def _close(self, rank: int) -> None:
+        conn = self.conns.pop(rank, None)
+        if conn is not None:
+            conn.close()
+
+    def terminate(self, wait_seconds: float = 2.0) -> list[Exited]:
+        """SIGTERM every live worker, SIGKILL what is left after `wait_seconds`, join all."""
+        gone = []
+        for send in ("terminate", "kill"):  # SIGTERM, then SIGKILL
+            for proc in self.procs.values():
+                if proc.is_alive():
+                    getattr(proc, send)()
+            deadline = time.monotonic() + wait_seconds
+            while self.procs and time.monotonic() < deadline:
+                for event in self.events(timeout=max(0.0, deadline - time.monotonic())):
+                    if isinstance(event, Exited):
+                        gone.append(event)
+        for rank in list(self.procs):
+            proc = self.procs.pop(rank)
+            proc.join()
+            gone.append(Exited(rank, proc.exitcode))
+            self._close(rank)
+        for rank in list(self.conns):
+            self._close(rank)
+        return gone

@@ -1,0 +1,331 @@
+"""The orchestrator: it owns every side effect of a run.
+
+    checks     output folder, /dev/shm space, open-file budget, resume checkpoint
+    share      model.share_memory() (grads None), training tensors to shared memory, once
+    start      N workers through a context of `trainer.start_method`
+    watch      worker pipes + process sentinels -> tqdm bar, TensorBoard, eval, checkpoints
+    stop       stop flag -> grace -> SIGTERM -> SIGKILL -> join; summary.json
+
+Usable without Hydra: build a model, a `DataSplits` and an optimizer factory, then
+`Trainer(...).fit()`. The CLI does exactly that from the composed config.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+
+from hogwild import checkpoint, sharing
+from hogwild.config import CheckpointConfig, HogwildError, TrainerConfig
+from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks, TensorBoardSink
+from hogwild.protocol import (
+    Control, Done, EpochEnd, Failure, Hello, Log, Progress, TrainData, WorkerSpec, describe_exit,
+)
+from hogwild.supervisor import Exited, Supervisor
+from hogwild.worker import run_worker
+
+log = logging.getLogger("hogwild")
+EXIT_CODES = {"completed": 0, "failed": 1, signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        data,  # hogwild.data.DataSplits
+        optimizer_factory: Callable[..., torch.optim.Optimizer],
+        trainer: TrainerConfig,
+        batch_size: int,
+        output_dir: str,
+        checkpointing: CheckpointConfig = CheckpointConfig(),
+        resume_from: str | None = None,
+        record: Mapping[str, Any] | None = None,  # the composed config, stored in checkpoints
+        loss_fn: Callable[..., torch.Tensor] = F.cross_entropy,
+        started_at: float | None = None,  # time.time() the process started (for wall_seconds)
+    ):
+        self.model, self.data, self.cfg = model, data, trainer
+        self.optimizer_factory, self.loss_fn = optimizer_factory, loss_fn
+        self.batch_size, self.ckpt_cfg, self.resume_from = batch_size, checkpointing, resume_from
+        self.output_dir = os.path.abspath(output_dir)
+        self.record = dict(record or {})
+        self.started_at = started_at or time.time()
+        self.device = torch.device(trainer.device)
+        self.ckpt_path = os.path.join(self.output_dir, "checkpoints", "last.pt")
+        self.summary_path = os.path.join(self.output_dir, "summary.json")
+
+    # ---- set-up: everything that can refuse the run happens before anything is written ----
+
+    def _run_facts(self) -> dict[str, Any]:
+        return {
+            "num_workers": self.cfg.num_workers,
+            "batch_size": self.batch_size,
+            "num_train": self.data.num_train,
+            "seed": self.cfg.seed,
+            "epochs": self.cfg.epochs,
+        }
+
+    def _preflight(self) -> torch.Tensor | None:
+        """Refuse a doomed run with one clear line; return the progress table to resume from."""
+        if os.path.exists(self.summary_path) and not self.resume_from:
+            raise HogwildError(
+                f"{self.output_dir} already holds a finished run (summary.json); "
+                "choose another folder (hydra.run.dir=...) or continue it with resume_from=<checkpoint>"
+            )
+        progress = None
+        if self.resume_from:
+            state = checkpoint.load(self.resume_from)
+            checkpoint.check_compatible(self.resume_from, state, self._run_facts(), self.model)
+            self.model.load_state_dict(state["model"])
+            progress = state["progress"]
+        tensors = [*self.model.parameters(), *self.model.buffers(), self.data.train_x, self.data.train_y]
+        if self.device.type == "cpu":
+            sharing.check_shm_space(sharing.storage_bytes(tensors))
+        sharing.ensure_fd_budget(len(tensors) + 2, self.cfg.sharing_strategy)
+        return progress
+
+    def _share(self, progress: torch.Tensor | None) -> tuple[TrainData, Control]:
+        sharing.set_sharing_strategy(self.cfg.sharing_strategy)
+        self.model.to(self.device)
+        self.model.zero_grad(set_to_none=True)  # each worker allocates its own grads
+        self.model.share_memory()  # CUDA tensors need no move: they are shared through CUDA IPC
+        data = TrainData(self.data.train_x.to(self.device), self.data.train_y.to(self.device))
+        sharing.share_tensors(data)
+        control = Control(self.cfg.num_workers)
+        if progress is not None:
+            control.progress.copy_(progress)
+        return data, control
+
+    def _spec(self) -> WorkerSpec:
+        c = self.cfg
+        return WorkerSpec(
+            num_workers=c.num_workers, epochs=c.epochs, batch_size=self.batch_size, seed=c.seed,
+            threads=c.threads_per_worker, sharing_strategy=c.sharing_strategy, device=c.device,
+            log_every_n_steps=c.log_every_n_steps, optimizer_factory=self.optimizer_factory,
+            loss_fn=self.loss_fn, skip_nonfinite=c.skip_nonfinite, orchestrator_pid=os.getpid(),
+        )
+
+    # ---- the run ----
+
+    def fit(self) -> dict[str, Any]:
+        """Train to the end (or to a failure or interrupt); returns the summary it wrote."""
+        progress = self._preflight()
+        data, control = self._share(progress)
+        os.makedirs(self.output_dir, exist_ok=True)
+        initial_samples = int(control.progress[:, Control.SAMPLES].sum())
+        total = self.cfg.epochs * self.data.num_train
+        self.sinks = Sinks(TensorBoardSink(os.path.join(self.output_dir, "tensorboard")), ProgressBar(total, initial_samples))
+        self.window = ProgressWindow()
+        self.window.samples_seen = initial_samples
+        self.control = control
+        spec = self._spec()
+        self.supervisor = Supervisor(self.cfg.start_method, run_worker, lambda rank: (spec, self.model, data, control))
+        self.state = _RunState(self.cfg.num_workers, control)
+        self.evals: list[tuple[float, float]] = []
+        handlers = self._install_signal_handlers()
+        try:
+            log.info(
+                "training %s on %s: %d samples x %d epochs, %d workers (%s, %s, %d thread(s) each)",
+                type(self.model).__name__, self.data.name, self.data.num_train, self.cfg.epochs,
+                self.cfg.num_workers, self.cfg.start_method, self.cfg.sharing_strategy, self.cfg.threads_per_worker,
+            )
+            for rank in range(self.cfg.num_workers):
+                self.supervisor.start(rank)
+            self._watch()
+        except BaseException as e:
+            if self.state.status == "running":
+                self.state.fail(-1, f"orchestrator error: {type(e).__name__}: {e}")
+            raise
+        finally:
+            self.supervisor.terminate()
+            self._restore_signal_handlers(handlers)
+            summary = self._finish(initial_samples)
+        return summary
+
+    def _watch(self) -> None:
+        st, ckpt_at = self.state, time.monotonic()
+        steps_at_ckpt = int(self.control.progress[:, Control.STEPS].sum())
+        while self.supervisor.alive:
+            for event in self.supervisor.events(timeout=0.1):
+                self._handle(event)
+            if self.window.due():
+                self.window.flush(self.sinks)
+            if st.status != "running" and not st.stop_deadline:
+                self.control.stop[0] = 1
+                st.stop_deadline = time.monotonic() + self.cfg.grace_seconds
+            if st.stop_deadline and (time.monotonic() > st.stop_deadline or st.force):
+                break  # the finally clause escalates to SIGTERM / SIGKILL
+            steps = int(self.control.progress[:, Control.STEPS].sum())
+            every_n, every_s = self.ckpt_cfg.every_n_steps, self.ckpt_cfg.every_seconds
+            if st.status == "running" and (
+                (every_n and steps - steps_at_ckpt >= every_n) or (every_s and time.monotonic() - ckpt_at >= every_s)
+            ):
+                self._save_checkpoint()
+                ckpt_at, steps_at_ckpt = time.monotonic(), steps
+        self.window.flush(self.sinks)
+        if st.status == "running":
+            st.status = "completed"
+
+    def _handle(self, event) -> None:
+        st = self.state
+        if isinstance(event, Progress):
+            self.window.add(event.rank, event.steps, event.samples, event.loss_sum)
+            st.t_first = min(st.t_first, event.t_first)
+            st.t_last = max(st.t_last, event.t_last)
+        elif isinstance(event, EpochEnd):
+            st.epochs_done[event.rank] = max(st.epochs_done[event.rank], event.epoch + 1)
+            if min(st.epochs_done) > st.epochs_evaluated and st.status == "running":
+                st.epochs_evaluated = min(st.epochs_done)
+                self.window.flush(self.sinks)
+                self._evaluate(epoch=st.epochs_evaluated)
+        elif isinstance(event, Hello):
+            st.hello[event.rank] = event
+        elif isinstance(event, Log):
+            log.log(event.level, "[worker %d] %s", event.rank, event.message)
+        elif isinstance(event, Done):
+            st.done.add(event.rank)
+        elif isinstance(event, Failure):
+            st.failures[event.rank] = event
+        elif isinstance(event, Exited):
+            self._on_exit(event)
+
+    def _on_exit(self, event: Exited) -> None:
+        st = self.state
+        if event.rank in st.done and event.exitcode == 0:
+            return
+        failure = st.failures.pop(event.rank, None)
+        reason = failure.message if failure else describe_exit(event.exitcode)
+        if st.status != "running":  # already stopping: a worker ended by the shutdown is no news
+            return
+        restartable = failure is None or failure.kind != "nonfinite"
+        if self.cfg.on_worker_failure == "restart" and restartable and st.restarts < self.cfg.max_restarts:
+            st.restarts += 1
+            log.warning("worker %d died (%s); restarting it (%d/%d)", event.rank, reason, st.restarts, self.cfg.max_restarts)
+            self.sinks.scalars({"workers/restarts": st.restarts}, self.window.samples_seen)
+            self.supervisor.start(event.rank)
+            return
+        if failure and failure.traceback:
+            log.error("worker %d raised:\n%s", event.rank, failure.traceback.rstrip())
+        st.fail(event.rank, reason)
+        log.error("worker %d failed: %s; stopping the other workers", event.rank, reason)
+
+    # ---- evaluation, checkpoints, signals, summary ----
+
+    @torch.no_grad()
+    def _evaluate(self, epoch: int | None = None) -> tuple[float, float]:
+        was_training = self.model.training
+        self.model.eval()
+        loss_sum, correct = 0.0, 0
+        x_all, y_all = self.data.test_x, self.data.test_y
+        for i in range(0, x_all.shape[0], self.cfg.eval_batch_size):
+            x = x_all[i : i + self.cfg.eval_batch_size].to(self.device)
+            y = y_all[i : i + self.cfg.eval_batch_size].to(self.device)
+            out = self.model(x)
+            loss_sum += float(self.loss_fn(out, y, reduction="sum"))
+            correct += int((out.argmax(1) == y).sum())
+        self.model.train(was_training)
+        result = (loss_sum / x_all.shape[0], correct / x_all.shape[0])
+        self.evals.append(result)
+        self.sinks.scalars({"eval/loss": result[0], "eval/accuracy": result[1]}, self.window.samples_seen)
+        label = f"epoch {epoch}/{self.cfg.epochs}" if epoch else "final"
+        log.info("%s: test loss %.4f, test accuracy %.2f%%", label, result[0], 100 * result[1])
+        return result
+
+    def _save_checkpoint(self) -> None:
+        run = {**self._run_facts(), "samples_seen": int(self.control.progress[:, Control.SAMPLES].sum())}
+        checkpoint.save(self.ckpt_path, self.model, self.control.progress, run, self.record)
+
+    def _install_signal_handlers(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}  # signals can only be handled on the main thread; the caller owns them there
+
+        def handler(signum, frame):
+            st = self.state
+            if st.status == "running":
+                st.status, st.signal = "interrupted", signum
+                log.warning("%s received: stopping the workers at their next step (again to force)",
+                            signal.Signals(signum).name)
+            else:
+                st.force = True
+
+        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    @staticmethod
+    def _restore_signal_handlers(handlers: dict) -> None:
+        for sig, old in handlers.items():
+            signal.signal(sig, old)
+
+    def _finish(self, initial_samples: int) -> dict[str, Any]:
+        st = self.state
+        total_samples = int(self.control.progress[:, Control.SAMPLES].sum()) - initial_samples
+        test_loss = test_accuracy = None
+        if st.status in ("completed", "interrupted"):
+            # the eval after the last epoch already saw the final weights: no need to run it twice
+            final_seen = st.status == "completed" and self.evals and st.epochs_evaluated == self.cfg.epochs
+            test_loss, test_accuracy = self.evals[-1] if final_seen else self._evaluate()
+            self._save_checkpoint()
+        train_seconds = max(st.t_last - st.t_first, 0.0) if st.t_first < st.t_last else None
+        summary = {
+            "status": st.status,
+            "num_workers": self.cfg.num_workers,
+            "start_method": self.cfg.start_method,
+            "sharing_strategy": self.cfg.sharing_strategy,
+            "worker_sharing_strategies": [st.hello[r].sharing_strategy for r in sorted(st.hello)],
+            "device": self.cfg.device,
+            "threads_per_worker": self.cfg.threads_per_worker,
+            "epochs": self.cfg.epochs,
+            "batch_size": self.batch_size,
+            "num_train": self.data.num_train,
+            "total_samples": total_samples,
+            "samples_seen": initial_samples + total_samples,
+            "resumed_from": self.resume_from,
+            "wall_seconds": round(time.time() - self.started_at, 3),
+            "train_seconds": round(train_seconds, 4) if train_seconds else None,
+            "samples_per_second": round(total_samples / train_seconds, 1) if train_seconds else None,
+            "final_train_loss": self.window.final_train_loss,
+            "test_loss": test_loss,
+            "test_accuracy": test_accuracy,
+            "worker_restarts": st.restarts,
+            "exit_code": EXIT_CODES.get(st.signal or st.status, 1),
+        }
+        if st.error:
+            summary["error"] = st.error
+        hparams = {k: summary[k] for k in ("num_workers", "start_method", "sharing_strategy", "device",
+                                           "threads_per_worker", "batch_size", "epochs")}
+        hparams["lr"] = getattr(self.optimizer_factory, "keywords", {}).get("lr", "n/a")
+        self.sinks.hparams(hparams, {k: summary[k] for k in ("test_accuracy", "test_loss", "samples_per_second")})
+        self.sinks.close()
+        tmp = self.summary_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(summary, f, indent=2)
+        os.replace(tmp, self.summary_path)
+        return summary
+
+
+class _RunState:
+    """What the orchestrator knows about the run so far; changed only from its loop."""
+
+    def __init__(self, num_workers: int, control: Control):
+        self.status = "running"  # -> completed | interrupted | failed
+        self.signal: int | None = None
+        self.force = False
+        self.stop_deadline = 0.0
+        self.error: dict[str, Any] | None = None
+        self.epochs_done = [int(e) for e in control.progress[:, Control.EPOCH]]
+        self.epochs_evaluated = min(self.epochs_done)
+        self.done: set[int] = set()
+        self.failures: dict[int, Failure] = {}
+        self.hello: dict[int, Hello] = {}
+        self.restarts = 0
+        self.t_first, self.t_last = float("inf"), 0.0
+
+    def fail(self, rank: int, reason: str) -> None:
+        self.status = "failed"
+        self.error = {"rank": rank, "reason": reason}

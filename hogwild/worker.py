@@ -1,0 +1,195 @@
+"""The training process. One per rank; every one trains the same shared parameters, lock-free.
+
+A worker is a polite tenant: before any torch work it sets the sharing strategy, its thread
+count and its seed; it reads its own disjoint shard of each epoch's permutation straight out of
+the shared data tensors; it reports small messages (see protocol.py) and never touches
+TensorBoard, progress bars or files.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import os
+import signal
+import threading
+import time
+import traceback
+
+import torch
+
+from hogwild import protocol
+from hogwild.protocol import Control, WorkerSpec
+
+PR_SET_PDEATHSIG = 1
+
+
+def epoch_permutation(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
+    """The same permutation in every process: seeded by (seed, epoch) only."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(num_samples, generator=g)
+
+
+def shard(perm: torch.Tensor, rank: int, num_workers: int) -> torch.Tensor:
+    """Rank's disjoint slice of the permutation; sizes differ by at most one sample."""
+    n = perm.numel()
+    return perm[rank * n // num_workers : (rank + 1) * n // num_workers]
+
+
+def _die_with_orchestrator(orchestrator_pid: int) -> None:
+    """Never outlive the orchestrator, even when it is killed with SIGKILL.
+
+    PR_SET_PDEATHSIG covers fork and spawn (our parent is the orchestrator) and forkserver
+    (our parent is the fork server, which exits when the orchestrator's end of its pipe closes).
+    The watchdog thread covers the rest (a parent that died before prctl ran, non-Linux).
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(orchestrator_pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                pass
+            if os.getppid() == 1:  # re-parented to init: our parent is gone
+                os._exit(1)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="hogwild-watchdog", daemon=True).start()
+
+
+class _PipeLogHandler(logging.Handler):
+    """Forwards log records to the orchestrator, which prints them without breaking its bar."""
+
+    def __init__(self, rank: int, conn):
+        super().__init__()
+        self.rank, self.conn = rank, conn
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.conn.send(protocol.Log(self.rank, record.levelno, self.format(record)))
+        except Exception:  # the orchestrator is gone; logging must never raise
+            pass
+
+
+def run_worker(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> None:
+    """Entry point of a worker process (a top-level function, so it pickles under spawn)."""
+    # Ctrl-C reaches the whole process group; only the orchestrator decides what it means.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    _die_with_orchestrator(spec.orchestrator_pid)
+    torch.multiprocessing.set_sharing_strategy(spec.sharing_strategy)
+    torch.set_num_threads(spec.threads)
+    torch.manual_seed(spec.seed + rank)
+    root = logging.getLogger()
+    root.handlers[:] = [_PipeLogHandler(rank, conn)]
+    root.setLevel(logging.INFO)
+    try:
+        conn.send(
+            protocol.Hello(
+                rank, os.getpid(), torch.multiprocessing.get_sharing_strategy(), torch.get_num_threads(), time.monotonic()
+            )
+        )
+        stopped_early = _train(rank, spec, model, data, control, conn)
+        conn.send(protocol.Done(rank, stopped_early))
+    except _NonFinite as e:
+        _report_failure(conn, protocol.Failure(rank, "nonfinite", str(e), ""))
+        os._exit(1)
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the orchestrator
+        _report_failure(conn, protocol.Failure(rank, "exception", f"{type(e).__name__}: {e}", traceback.format_exc()))
+        os._exit(1)
+    finally:
+        conn.close()
+
+
+def _report_failure(conn, failure: protocol.Failure) -> None:
+    try:
+        conn.send(failure)
+    except OSError:
+        pass
+
+
+class _NonFinite(RuntimeError):
+    pass
+
+
+def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> bool:
+    """The hot loop. Returns True when the stop flag ended it early."""
+    device = torch.device(spec.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    train_x, train_y = data.train_x, data.train_y
+    stop = control.stop.numpy()  # numpy views: a flag read or a counter write costs nanoseconds
+    progress = control.progress.numpy()[rank]
+    model.train()
+    optimizer = spec.optimizer_factory(model.parameters())
+    # Where this rank starts: 0/0 for a fresh run; a replacement worker or a resumed run
+    # continues the shard at the first batch not yet applied.
+    start_epoch, start_batch = int(progress[Control.EPOCH]), int(progress[Control.BATCH])
+    on_cpu = device.type == "cpu"
+    steps = samples = 0
+    loss_sum = torch.zeros((), device=device) if not on_cpu else 0.0
+    t_first = t_last = 0.0
+    for epoch in range(start_epoch, spec.epochs):
+        indices = shard(epoch_permutation(train_x.shape[0], spec.seed, epoch), rank, spec.num_workers)
+        indices = indices.to(train_x.device)
+        num_batches = math.ceil(indices.numel() / spec.batch_size)
+        for b in range(start_batch if epoch == start_epoch else 0, num_batches):
+            if stop[0]:
+                _flush(conn, rank, steps, samples, loss_sum, t_first, t_last)
+                return True
+            idx = indices[b * spec.batch_size : (b + 1) * spec.batch_size]
+            x = train_x.index_select(0, idx)
+            y = train_y.index_select(0, idx)
+            if x.device != device:  # data kept on the host: pinned, copied without blocking
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            optimizer.zero_grad(set_to_none=True)
+            loss = spec.loss_fn(model(x), y)
+            # On the CPU reading the loss is free, so a bad batch is caught before its update
+            # reaches the shared weights. On CUDA that would sync every step: checked per report.
+            if on_cpu:
+                value = loss.item()
+                if not math.isfinite(value):
+                    if spec.skip_nonfinite:
+                        continue
+                    raise _NonFinite(f"worker {rank}: non-finite loss ({value}) at epoch {epoch}, batch {b}")
+                loss_sum += value
+            else:
+                loss_sum += loss.detach()
+            loss.backward()
+            optimizer.step()
+            t_last = time.monotonic()
+            if not t_first:
+                t_first = t_last
+            steps += 1
+            samples += idx.numel()
+            progress[Control.BATCH] = b + 1
+            progress[Control.SAMPLES] += idx.numel()
+            progress[Control.STEPS] += 1
+            if steps % spec.log_every_n_steps == 0:
+                _flush(conn, rank, steps, samples, loss_sum, t_first, t_last)
+                steps = samples = 0
+                loss_sum = torch.zeros((), device=device) if not on_cpu else 0.0
+        progress[Control.EPOCH] = epoch + 1
+        progress[Control.BATCH] = 0
+        _flush(conn, rank, steps, samples, loss_sum, t_first, t_last)
+        steps = samples = 0
+        loss_sum = torch.zeros((), device=device) if not on_cpu else 0.0
+        conn.send(protocol.EpochEnd(rank, epoch))
+    return False
+
+
+def _flush(conn, rank, steps, samples, loss_sum, t_first, t_last) -> None:
+    if steps == 0:
+        return
+    total = float(loss_sum)  # the one device sync per report
+    if not math.isfinite(total):
+        raise _NonFinite(f"worker {rank}: non-finite loss in the last {steps} steps")
+    conn.send(protocol.Progress(rank, steps, samples, total, t_first, t_last))
