@@ -115,9 +115,9 @@ def _bool(key: str, value: Any) -> bool:
 
 def _check_keys(section: str, values: Mapping[str, Any], cls: type) -> None:
     known = [f.name for f in dataclasses.fields(cls)]
-    for key in values:
+    for key, value in values.items():
         if key not in known:
-            raise ConfigError(f"{section}.{key} is not a known key; allowed: {', '.join(known)}")
+            raise ConfigError(f"{section}.{key}={value!r}: {key!r} is not a known key; allowed: {', '.join(known)}")
 
 
 def validate_device(device: Any, start_method: str) -> str:
@@ -200,9 +200,9 @@ def build_run_config(raw: Mapping[str, Any], output_dir: str) -> RunConfig:
     if resume_from is not None and not isinstance(resume_from, str):
         raise _fail("resume_from", resume_from, "expected a path to a checkpoint or null")
     known = {"trainer", "data", "model", "optimizer", "checkpoint", "resume_from"}
-    for key in raw:
+    for key, value in raw.items():
         if key not in known and not key.startswith("hydra"):
-            raise ConfigError(f"{key} is not a known config key; allowed: {', '.join(sorted(known))}")
+            raise ConfigError(f"{key}={value!r}: {key!r} is not a known config key; allowed: {', '.join(sorted(known))}")
     return RunConfig(
         trainer=trainer,
         checkpoint=build_checkpoint_config(raw.get("checkpoint") or {}),

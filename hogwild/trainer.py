@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from hogwild import checkpoint, sharing
-from hogwild.config import CheckpointConfig, HogwildError, TrainerConfig
-from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks, TensorBoardSink
+from hogwild.config import CheckpointConfig, ConfigError, HogwildError, TrainerConfig
+from hogwild.metrics import ProgressBar, ProgressWindow, Sinks, TensorBoardSink
 from hogwild.protocol import (
     Control, Done, EpochEnd, Failure, Hello, Log, Progress, TrainData, WorkerSpec, describe_exit,
 )
@@ -79,6 +79,11 @@ class Trainer:
                 f"{self.output_dir} already holds a finished run (summary.json); "
                 "choose another folder (hydra.run.dir=...) or continue it with resume_from=<checkpoint>"
             )
+        try:  # fail here, not in every worker; and import what optimizers import lazily (~1 s) once
+            self.optimizer_factory([torch.nn.Parameter(torch.zeros(1))])
+        except (TypeError, ValueError) as e:
+            name = getattr(self.optimizer_factory, "func", self.optimizer_factory)
+            raise ConfigError(f"optimizer {getattr(name, '__name__', name)} rejects its arguments: {e}") from None
         progress = None
         if self.resume_from:
             state = checkpoint.load(self.resume_from)

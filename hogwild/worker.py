@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -84,6 +85,8 @@ def run_worker(rank: int, spec: WorkerSpec, model, data, control: Control, conn)
     # Ctrl-C reaches the whole process group; only the orchestrator decides what it means.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    # Visible to user code (models, data) that wants to know where it runs.
+    os.environ["HOGWILD_RANK"], os.environ["HOGWILD_NUM_WORKERS"] = str(rank), str(spec.num_workers)
     _die_with_orchestrator(spec.orchestrator_pid)
     torch.multiprocessing.set_sharing_strategy(spec.sharing_strategy)
     torch.set_num_threads(spec.threads)
@@ -91,6 +94,7 @@ def run_worker(rank: int, spec: WorkerSpec, model, data, control: Control, conn)
     root = logging.getLogger()
     root.handlers[:] = [_PipeLogHandler(rank, conn)]
     root.setLevel(logging.INFO)
+    code = 0
     try:
         conn.send(
             protocol.Hello(
@@ -100,13 +104,18 @@ def run_worker(rank: int, spec: WorkerSpec, model, data, control: Control, conn)
         stopped_early = _train(rank, spec, model, data, control, conn)
         conn.send(protocol.Done(rank, stopped_early))
     except _NonFinite as e:
+        code = 1
         _report_failure(conn, protocol.Failure(rank, "nonfinite", str(e), ""))
-        os._exit(1)
     except BaseException as e:  # noqa: BLE001 - every failure must reach the orchestrator
+        code = 1
         _report_failure(conn, protocol.Failure(rank, "exception", f"{type(e).__name__}: {e}", traceback.format_exc()))
-        os._exit(1)
     finally:
         conn.close()
+        # Skip interpreter teardown (about a second with torch loaded, under spawn): nothing
+        # here needs it. Shared segments are released by the kernel / torch_shm_manager.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _report_failure(conn, failure: protocol.Failure) -> None:

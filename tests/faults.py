@@ -1,0 +1,62 @@
+"""Models that fail on purpose, picked with `model._target_=faults.<Name>` (tests put this
+folder on PYTHONPATH). A fault fires in one worker only (`rank`), at its `at_step`-th forward;
+the orchestrator's evaluation (no HOGWILD_RANK) never triggers it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+
+from hogwild.models import MLP
+
+
+class FaultyMLP(MLP):
+    def __init__(self, input_shape, num_classes, fault: str = "raise", at_step: int = 5, rank: int = 1,
+                 hidden_sizes=(32,), step_seconds: float = 0.0):
+        super().__init__(input_shape, num_classes, hidden_sizes)
+        self.fault, self.at_step, self.rank, self.step_seconds = fault, at_step, rank, step_seconds
+        self.calls = 0
+
+    def forward(self, x):
+        my_rank = os.environ.get("HOGWILD_RANK")
+        if my_rank is not None:
+            self.calls += 1
+            if self.step_seconds:
+                time.sleep(self.step_seconds)  # make runs long enough to interrupt
+            if int(my_rank) == self.rank and self.calls == self.at_step:
+                self._fire()
+        out = super().forward(x)
+        if self.fault == "nan" and my_rank is not None and int(my_rank) == self.rank and self.calls >= self.at_step:
+            out = out * float("nan")
+        return out
+
+    def _fire(self):
+        if self.fault == "raise":
+            raise ZeroDivisionError("injected fault in forward")
+        if self.fault == "exit":
+            os._exit(7)
+        if self.fault == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.fault == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if self.fault == "hang":
+            time.sleep(3600)
+
+
+class LoggingMLP(MLP):
+    """Logs once from inside each worker (checks that worker logs reach the orchestrator)."""
+
+    def __init__(self, input_shape, num_classes, hidden_sizes=(32,)):
+        super().__init__(input_shape, num_classes, hidden_sizes)
+        self.logged = False
+
+    def forward(self, x):
+        if os.environ.get("HOGWILD_RANK") is not None and not self.logged:
+            import logging
+
+            self.logged = True
+            logging.getLogger("user.model").info("hello from a worker, threads=%d", torch.get_num_threads())
+        return super().forward(x)

@@ -1,0 +1,121 @@
+"""End-to-end runs of `python -m hogwild train`, as a user starts them, on tiny workloads."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import SMALL, read_summary, run_cli
+from hogwild.worker import epoch_permutation, shard
+
+
+def tensorboard_tags(run_dir) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    return set(acc.Tags()["scalars"])
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
+def test_two_workers_complete_under_every_start_method_and_strategy(tmp_path, start_method, strategy, no_leaks):
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        [*SMALL, "trainer.num_workers=2", f"trainer.start_method={start_method}",
+         f"trainer.sharing_strategy={strategy}"],
+        run_dir,
+    )
+    assert result.returncode == 0, result.stderr
+    s = read_summary(run_dir)
+    assert s["status"] == "completed"
+    assert s["total_samples"] == 1 * 2000
+    assert (s["start_method"], s["sharing_strategy"], s["num_workers"]) == (start_method, strategy, 2)
+    # the strategy is a per-process setting: each worker reports the one it really runs with
+    assert s["worker_sharing_strategies"] == [strategy, strategy]
+    assert s["test_accuracy"] > 0.8
+
+
+def test_default_run_outputs_summary_checkpoint_and_tensorboard(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli(["trainer.epochs=5"], run_dir)
+    assert result.returncode == 0, result.stderr
+    s = read_summary(run_dir)
+    required = ["status", "num_workers", "start_method", "sharing_strategy", "device", "threads_per_worker",
+                "epochs", "total_samples", "wall_seconds", "train_seconds", "samples_per_second",
+                "final_train_loss", "test_loss", "test_accuracy"]
+    assert all(k in s for k in required), set(required) - set(s)
+    assert s["test_accuracy"] >= 0.95
+    assert 0 < s["train_seconds"] < s["wall_seconds"]
+    assert s["samples_per_second"] == pytest.approx(s["total_samples"] / s["train_seconds"], rel=0.01)
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert state["run"]["samples_seen"] == s["total_samples"]
+    tags = tensorboard_tags(run_dir)
+    for tag in ["train/loss", "perf/samples_per_second", "eval/loss", "eval/accuracy",
+                "workers/loss/rank_00", "workers/loss/rank_01"]:
+        assert tag in tags, tags
+    assert "test accuracy" in result.stdout and "tensorboard --logdir" in result.stdout
+
+
+@pytest.mark.parametrize("num_samples, num_workers, batch_size", [(1000, 3, 64), (997, 2, 10), (50, 4, 7)])
+def test_each_epoch_uses_every_sample_exactly_once(num_samples, num_workers, batch_size):
+    for epoch in range(3):
+        perm = epoch_permutation(num_samples, seed=1, epoch=epoch)
+        shards = [shard(perm, r, num_workers) for r in range(num_workers)]
+        assert sorted(torch.cat(shards).tolist()) == list(range(num_samples))
+        assert max(s.numel() for s in shards) - min(s.numel() for s in shards) <= 1
+    assert not torch.equal(epoch_permutation(100, 1, 0), epoch_permutation(100, 1, 1))
+
+
+def test_epochs_count_in_total_not_per_worker(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["data=synthetic", "data.num_samples=997", "data.num_test_samples=100", "data.batch_size=10",
+            "trainer.epochs=3", "trainer.num_workers=3", "trainer.start_method=fork"]
+    result = run_cli(args, run_dir)
+    assert result.returncode == 0, result.stderr
+    assert read_summary(run_dir)["total_samples"] == 3 * 997
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    per_rank = state["progress"][:, 2].tolist()
+    assert sum(per_rank) == 3 * 997 and max(per_rank) - min(per_rank) <= 3
+
+
+def test_runs_from_any_working_directory(tmp_path):
+    elsewhere = tmp_path / "somewhere"
+    elsewhere.mkdir()
+    result = run_cli([*SMALL, "trainer.start_method=fork"], elsewhere / "run", cwd=elsewhere)
+    assert result.returncode == 0, result.stderr
+
+
+def test_multirun_gives_one_run_folder_per_value(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "hogwild", "train", "-m", "trainer.num_workers=1,2", f"hydra.sweep.dir={sweep}",
+           "trainer.start_method=fork", *SMALL]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=cli_env(), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    workers = sorted(read_summary(sweep / str(i))["num_workers"] for i in range(2))
+    assert workers == [1, 2]
+
+
+def test_worker_logging_reaches_the_orchestrator_log(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli([*SMALL, "model._target_=faults.LoggingMLP", "trainer.start_method=fork"], run_dir)
+    assert result.returncode == 0, result.stderr
+    log = (run_dir / "train.log").read_text()
+    assert "[worker 0] hello from a worker" in log and "[worker 1] hello from a worker" in log
+
+
+def test_threads_per_worker_is_applied_in_each_worker(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli([*SMALL, "model._target_=faults.LoggingMLP", "trainer.start_method=fork",
+                      "trainer.num_workers=1", "trainer.threads_per_worker=2"], run_dir)
+    assert result.returncode == 0, result.stderr  # and no OpenMP-after-fork hang
+    assert "threads=2" in (run_dir / "train.log").read_text()
+    assert math.isfinite(read_summary(run_dir)["test_loss"])
