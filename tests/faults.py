@@ -1,6 +1,8 @@
 """Models that fail on purpose, picked with `model._target_=faults.<Name>` (tests put this
 folder on PYTHONPATH). A fault fires in one worker only (`rank`), at its `at_step`-th forward;
-the orchestrator's evaluation (no HOGWILD_RANK) never triggers it."""
+the orchestrator's evaluation (no HOGWILD_RANK) never triggers it. With HOGWILD_FAULT_FILE set,
+the fault fires once per run: it writes the time it fired there, and a replacement worker that
+finds the file trains normally."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from hogwild.models import MLP
 
 
 class FaultyMLP(MLP):
-    def __init__(self, input_shape, num_classes, fault: str = "raise", at_step: int = 5, rank: int = 1,
+    def __init__(self, input_shape, num_classes, fault: str = "none", at_step: int = 5, rank: int = 1,
                  hidden_sizes=(32,), step_seconds: float = 0.0):
         super().__init__(input_shape, num_classes, hidden_sizes)
         self.fault, self.at_step, self.rank, self.step_seconds = fault, at_step, rank, step_seconds
@@ -26,12 +28,25 @@ class FaultyMLP(MLP):
             self.calls += 1
             if self.step_seconds:
                 time.sleep(self.step_seconds)  # make runs long enough to interrupt
-            if int(my_rank) == self.rank and self.calls == self.at_step:
+            if int(my_rank) == self.rank and self.calls == self.at_step and self._arm():
                 self._fire()
         out = super().forward(x)
-        if self.fault == "nan" and my_rank is not None and int(my_rank) == self.rank and self.calls >= self.at_step:
+        if self.fault == "nonfinite" and my_rank is not None and int(my_rank) == self.rank and self.calls >= self.at_step:
             out = out * float("nan")
         return out
+
+    @staticmethod
+    def _arm() -> bool:
+        path = os.environ.get("HOGWILD_FAULT_FILE")
+        if not path:
+            return True
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False
+        os.write(fd, repr(time.time()).encode())
+        os.close(fd)
+        return True
 
     def _fire(self):
         if self.fault == "raise":
