@@ -119,3 +119,32 @@ def test_threads_per_worker_is_applied_in_each_worker(tmp_path):
     assert result.returncode == 0, result.stderr  # and no OpenMP-after-fork hang
     assert "threads=2" in (run_dir / "train.log").read_text()
     assert math.isfinite(read_summary(run_dir)["test_loss"])
+
+
+def learnable_mnist(folder, n_train=3000, n_test=500, seed=0):
+    """MNIST-format IDX files of 28x28 uint8 images: one blocky 4x4 pattern per class plus noise."""
+    import numpy as np
+
+    from test_data import write_mnist
+
+    rng = np.random.default_rng(seed)
+    prototypes = np.kron(rng.uniform(0, 1, size=(10, 4, 4)) > 0.5, np.ones((7, 7))) * 255.0
+    arrays = {}
+    for split, n in (("train", n_train), ("t10k", n_test)):
+        labels = rng.integers(0, 10, size=n).astype(np.uint8)
+        images = np.clip(prototypes[labels] + rng.normal(0, 40, size=(n, 28, 28)), 0, 255).astype(np.uint8)
+        arrays[f"{split}-images-idx3-ubyte"], arrays[f"{split}-labels-idx1-ubyte"] = images, labels
+    write_mnist(folder, arrays, gz=True)
+
+
+def test_mnist_experiment_trains_the_convnet_on_idx_files(tmp_path):
+    root, run_dir = tmp_path / "mnist", tmp_path / "run"
+    root.mkdir()
+    learnable_mnist(root)
+    result = run_cli(["+experiment=mnist", f"data.root={root}", "data.download=false", "trainer.epochs=3",
+                      "trainer.start_method=fork"], run_dir)
+    assert result.returncode == 0, result.stderr
+    s = read_summary(run_dir)
+    assert s["total_samples"] == 3 * 3000 and s["test_accuracy"] >= 0.95
+    config = (run_dir / ".hydra" / "config.yaml").read_text()
+    assert "hogwild.models.ConvNet" in config and "load_mnist" in config

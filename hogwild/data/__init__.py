@@ -1,0 +1,15 @@
+"""The data layer: loaders that return a DataSplits of four in-memory tensors.
+
+    from hogwild.data import load_digits, load_mnist, make_synthetic
+    splits = make_synthetic(num_samples=1000, seed=0)
+
+Loaders know nothing of processes, Hydra or the trainer. Every user-facing problem
+(missing files, bad argument values) is raised as a DataError with a one-line message.
+"""
+
+from hogwild.data.base import DataError, DataSplits
+from hogwild.data.digits import load_digits
+from hogwild.data.mnist import load_mnist
+from hogwild.data.synthetic import make_synthetic
+
+__all__ = ["DataError", "DataSplits", "load_digits", "load_mnist", "make_synthetic"]

@@ -1,0 +1,76 @@
+"""The common currency of the data layer.
+
+Every loader returns a DataSplits: four plain in-memory CPU tensors plus a little metadata.
+Loaders know nothing of processes or the trainer; the trainer moves the tensors to shared
+memory once and hands views of them to its workers.
+
+    splits = load_digits()
+    splits.train_x.shape   # (1437, 1, 8, 8), float32
+    splits.input_shape     # (1, 8, 8)
+    splits.num_classes     # 10
+
+DataError is raised for every user-facing problem (missing or corrupt files, bad argument
+values). Its message is a single line naming what is wrong and what to do about it, so the
+CLI can print it as-is instead of a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+class DataError(ValueError):
+    """A data problem the user can fix; the message is one line."""
+
+
+@dataclass
+class DataSplits:
+    """A data set as four in-memory tensors (the trainer moves them to shared memory once)."""
+
+    train_x: torch.Tensor  # float32, shape (N, *input_shape)
+    train_y: torch.Tensor  # int64, shape (N,)
+    test_x: torch.Tensor  # float32, shape (M, *input_shape)
+    test_y: torch.Tensor  # int64, shape (M,)
+    num_classes: int
+    name: str
+
+    def __post_init__(self) -> None:
+        for split in ("train", "test"):
+            x, y = getattr(self, f"{split}_x"), getattr(self, f"{split}_y")
+            if x.dtype != torch.float32:
+                raise DataError(f"{self.name}: {split}_x has dtype {x.dtype}: must be torch.float32")
+            if y.dtype != torch.int64:
+                raise DataError(f"{self.name}: {split}_y has dtype {y.dtype}: must be torch.int64")
+            if x.dim() < 2 or y.dim() != 1:
+                raise DataError(
+                    f"{self.name}: {split}_x/{split}_y have shapes {tuple(x.shape)}/{tuple(y.shape)}: "
+                    "must be (N, *input_shape) and (N,)"
+                )
+            if len(x) != len(y):
+                raise DataError(
+                    f"{self.name}: {split}_x has {len(x)} rows but {split}_y has {len(y)}: must match"
+                )
+            if len(y) and (int(y.min()) < 0 or int(y.max()) >= self.num_classes):
+                raise DataError(
+                    f"{self.name}: {split}_y has labels in [{int(y.min())}, {int(y.max())}]: "
+                    f"must lie in [0, {self.num_classes - 1}]"
+                )
+        if self.train_x.shape[1:] != self.test_x.shape[1:]:
+            raise DataError(
+                f"{self.name}: train inputs have shape {tuple(self.train_x.shape[1:])} but test inputs "
+                f"{tuple(self.test_x.shape[1:])}: must match"
+            )
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.train_x.shape[1:])
+
+    @property
+    def num_train(self) -> int:
+        return len(self.train_y)
+
+    @property
+    def num_test(self) -> int:
+        return len(self.test_y)
