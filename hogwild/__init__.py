@@ -8,6 +8,14 @@ Python API (no Hydra needed)::
 """
 
 from hogwild.config import CheckpointConfig, ConfigError, HogwildError, TrainerConfig
-from hogwild.trainer import Trainer
 
 __all__ = ["Trainer", "TrainerConfig", "CheckpointConfig", "HogwildError", "ConfigError"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: `hogwild --help` should not pay for importing torch (~1.5 s).
+    if name == "Trainer":
+        from hogwild.trainer import Trainer
+
+        return Trainer
+    raise AttributeError(f"module 'hogwild' has no attribute {name!r}")

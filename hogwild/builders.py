@@ -15,6 +15,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from hogwild.config import ConfigError, HogwildError
+from hogwild.data import DataError
 
 
 def _instantiate(section: str, values: Mapping[str, Any], **kwargs: Any) -> Any:
@@ -24,6 +25,8 @@ def _instantiate(section: str, values: Mapping[str, Any], **kwargs: Any) -> Any:
         cause = e.__cause__
         if isinstance(cause, HogwildError):  # the object's own clear message: pass it on
             raise cause from None
+        if isinstance(cause, DataError):
+            raise HogwildError(str(cause)) from None
         reason = str(cause or e).strip().splitlines()
         raise ConfigError(f"{section} ({values.get('_target_')}) could not be built: {reason[-1] if reason else e}") from None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+import warnings
 import zipfile
 from typing import Any, Mapping
 
@@ -62,16 +63,31 @@ def load(path: str) -> dict[str, Any]:
     if not os.path.isfile(path):
         raise CheckpointError(f"resume_from={path!r}: no such file")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, zipfile.BadZipFile, EOFError, ValueError) as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"resume_from={path!r} is not a loadable hogwild checkpoint: {reason}") from None
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error below says it all
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError) as e:
+        raise CheckpointError(f"resume_from={path!r} is not a loadable hogwild checkpoint: {_reason(e)}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"resume_from={path!r} is not a hogwild checkpoint (format {FORMAT} expected)")
     for key, kind in (("model", dict), ("progress", torch.Tensor), ("run", dict)):
         if not isinstance(state.get(key), kind):
             raise CheckpointError(f"resume_from={path!r} is damaged: '{key}' is missing or malformed")
     return state
+
+
+# Boilerplate lines of torch's weights-only refusal; the first one even advises weights_only=False.
+_TORCH_BOILERPLATE = ("Weights only load failed", "Please file an issue", "Check the documentation")
+
+
+def _reason(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if isinstance(e, pickle.UnpicklingError):
+        useful = [line for line in lines if not line.startswith(_TORCH_BOILERPLATE)]
+        detail = useful[0].removeprefix("WeightsUnpickler error:").strip() if useful else ""
+        return "refused by the weights-only loader (tensors and plain types only, nothing was run)" + (
+            f": {detail}" if detail else "")
+    return lines[0] if lines else type(e).__name__
 
 
 def check_compatible(path: str, state: Mapping[str, Any], run: Mapping[str, Any], model: torch.nn.Module) -> None:

@@ -127,6 +127,7 @@ def _report(summary: dict, output_dir: str) -> None:
             f"{summary['total_samples']:,} samples in {summary['wall_seconds']:.1f} s"
         )
     rel = os.path.relpath(output_dir)
+    rel = output_dir if rel.startswith("..") else rel
     print(f"  run folder: {rel}  (summary.json, checkpoints/last.pt)")
     print(f"  dashboards: tensorboard --logdir {os.path.join(rel, 'tensorboard')}")
 

@@ -121,6 +121,7 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         """Train to the end (or to a failure or interrupt); returns the summary it wrote."""
+        self.t_fit = time.monotonic()
         progress = self._preflight()
         data, control = self._share(progress)
         os.makedirs(self.output_dir, exist_ok=True)
@@ -293,6 +294,8 @@ class Trainer:
             "resumed_from": self.resume_from,
             "wall_seconds": round(time.time() - self.started_at, 3),
             "train_seconds": round(train_seconds, 4) if train_seconds else None,
+            # fit() called -> first optimizer step of any worker: checks, sharing, process start
+            "startup_seconds": round(st.t_first - self.t_fit, 3) if st.t_first < float("inf") else None,
             "samples_per_second": round(total_samples / train_seconds, 1) if train_seconds else None,
             "final_train_loss": self.window.final_train_loss,
             "test_loss": test_loss,

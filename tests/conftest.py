@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 
 # A small, fast, learnable workload for end-to-end runs.
-SMALL = ["data=synthetic", "data.num_samples=2000", "data.num_test_samples=500", "trainer.epochs=1"]
+SMALL = ["data=synthetic", "data.num_samples=2000", "data.num_test_samples=500", "data.noise=2.0", "trainer.epochs=1"]
 
 
 def cli_command(args, run_dir: Path) -> list[str]:

@@ -175,3 +175,20 @@ def test_resumed_run_continues_the_sample_count(tmp_path):
     assert second["status"] == "completed"
     assert first["total_samples"] + second["total_samples"] == 20000
     assert second["samples_seen"] == 20000
+
+
+def test_second_ctrl_c_forces_the_stop_of_a_stuck_worker(tmp_path):
+    # rank 1 hangs inside its step, so a polite stop would wait the whole grace period
+    proc, run_dir, tag = start_run(tmp_path, "trainer.start_method=fork", *fault("hang", at_step=3),
+                                   "trainer.grace_seconds=120")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None  # still waiting for the stuck worker
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == 130, stderr
+    assert read_summary(run_dir)["status"] == "interrupted"
+    torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert_nothing_left(tag)

@@ -160,7 +160,7 @@ def download_mnist(
         raise DataError(
             f"cannot create MNIST folder {root} ({e.strerror or e}): set data.root to a writable folder"
         ) from None
-    log.info("downloading MNIST to %s", root)
+    log.debug("downloading MNIST to %s", root)
 
     missing: list[str] = []
     for i, name in enumerate(names):
@@ -175,10 +175,11 @@ def download_mnist(
                     e.close()  # It holds the error page's open connection.
                 # Collapse whitespace: the DataError built from these must stay on one line.
                 reason = " ".join(_reason(e).split())
-                log.info("could not download %s: %s", url, reason)
+                log.debug("could not download %s: %s", url, reason)
                 reasons.append(f"{url}: {reason}")
                 continue
             os.replace(part, root / gz)
+            log.info("downloaded %s from %s", root / gz, mirror)
             break
         else:
             # Stop at the first file no mirror could deliver: offline, the others would only

@@ -1,0 +1,86 @@
+"""The benchmark and the sweep table run end to end and write sane outputs.
+
+No timing assertions: these machines are shared and noisy. The benchmark is the performance
+check (run `python scripts/bench.py --quick` and read it); these tests only keep it working.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO, cli_env
+
+ROW_FIGURES = ("samples", "samples_per_second", "train_seconds", "startup_seconds", "wall_seconds", "pss_mb", "speedup")
+
+
+def setting(row: dict) -> tuple:
+    return row["model"], row["start_method"], row["sharing_strategy"], row["num_workers"], row["threads"]
+
+
+def run_script(args, cwd, timeout=180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=cli_env())
+
+
+def test_tiny_benchmark_writes_a_row_per_run_with_positive_figures_and_a_plot(tmp_path, no_leaks):
+    out = tmp_path / "results" / "bench.json"
+    result = run_script([str(REPO / "scripts" / "bench.py"), "--tiny", "--out", str(out)], cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report["machine"]["cores"] >= 1 and report["machine"]["torch"]
+    rows = report["rows"]
+    assert rows
+    for row in rows:
+        assert "error" not in row, row
+        for key in ROW_FIGURES:
+            assert row[key] is not None and row[key] > 0, (key, row)
+    plain = {setting(r) for r in rows if r["impl"] == "plain"}
+    framework = [r for r in rows if r["impl"] == "framework"]
+    assert any(setting(r) in plain for r in framework), "no framework row has a plain row for the same setting"
+    for row in framework:
+        assert row["vs_plain"] > 0
+    assert (out.parent / "bench.png").stat().st_size > 0
+    assert "samples/s" in result.stdout  # the table header
+
+
+def test_sweep_table_summarises_a_real_two_run_sweep(tmp_path):
+    sweep = tmp_path / "sweep"
+    train = run_script(
+        ["-m", "hogwild", "train", "-m", "trainer.num_workers=1,2", "trainer.start_method=fork", "data=synthetic",
+         "data.num_samples=2000", "data.num_test_samples=200", "trainer.epochs=1", f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path,
+    )
+    assert train.returncode == 0, train.stderr
+    result = run_script([str(REPO / "scripts" / "sweep_table.py"), str(sweep)], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads((sweep / "sweep.json").read_text())
+    assert [r["num_workers"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["status"] == "completed"
+        assert row["samples_per_second"] > 0 and row["wall_seconds"] > 0 and 0 <= row["test_accuracy"] <= 1
+        assert "trainer.start_method=fork" in row["overrides"]
+    assert "trainer.num_workers=2" in result.stdout
+    assert (sweep / "sweep.png").stat().st_size > 0
+
+
+def test_sweep_table_lists_a_job_without_summary_as_missing(tmp_path):
+    for job, overrides in (("0", "- trainer.num_workers=1\n"), ("1", "- trainer.num_workers=oops\n")):
+        (tmp_path / job / ".hydra").mkdir(parents=True)
+        (tmp_path / job / ".hydra" / "overrides.yaml").write_text(overrides)
+    (tmp_path / "0" / "summary.json").write_text(json.dumps(
+        {"status": "completed", "num_workers": 1, "samples_per_second": 1000.0, "test_accuracy": 0.9,
+         "wall_seconds": 2.0}))
+    result = run_script([str(REPO / "scripts" / "sweep_table.py"), str(tmp_path), "--no-plot"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads((tmp_path / "sweep.json").read_text())
+    assert [r["status"] for r in rows] == ["completed", "missing"]
+    assert rows[1]["samples_per_second"] is None
+    assert not (tmp_path / "sweep.png").exists()
+
+
+def test_sweep_table_refuses_a_folder_without_jobs(tmp_path):
+    result = run_script([str(REPO / "scripts" / "sweep_table.py"), str(tmp_path)], cwd=tmp_path)
+    assert result.returncode == 2
+    assert "no job folders" in result.stderr
