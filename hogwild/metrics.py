@@ -112,8 +112,10 @@ class ProgressWindow:
         self.loss_sum: dict[int, float] = {}
         self.steps: dict[int, int] = {}
         self.samples: dict[int, int] = {}
+        self.lr: dict[int, float] = {}
 
-    def add(self, rank: int, steps: int, samples: int, loss_sum: float) -> None:
+    def add(self, rank: int, steps: int, samples: int, loss_sum: float, lr: float) -> None:
+        self.lr[rank] = lr
         self.loss_sum[rank] = self.loss_sum.get(rank, 0.0) + loss_sum
         self.steps[rank] = self.steps.get(rank, 0) + steps
         self.samples[rank] = self.samples.get(rank, 0) + samples
@@ -129,6 +131,7 @@ class ProgressWindow:
         if total_steps:
             values = {"train/loss": sum(self.loss_sum.values()) / total_steps}
             values["perf/samples_per_second"] = sum(self.samples.values()) / elapsed
+            values["train/lr"] = sum(self.lr.values()) / len(self.lr)
             for rank in sorted(self.steps):
                 values[f"workers/loss/rank_{rank:02d}"] = self.loss_sum[rank] / self.steps[rank]
                 values[f"workers/samples_per_second/rank_{rank:02d}"] = self.samples[rank] / elapsed

@@ -99,6 +99,7 @@ class Progress(NamedTuple):
     loss_sum: float
     t_first: float  # monotonic time of the worker's first step (same in every message)
     t_last: float  # monotonic time of the latest step
+    lr: float  # the worker's current learning rate (first parameter group)
 
 
 class EpochEnd(NamedTuple):

@@ -5,6 +5,7 @@ that turn torch's deep failures ("Too many open files", "No space left on device
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
 import resource
 import shutil
 from typing import Iterable
@@ -17,6 +18,9 @@ from hogwild.config import HogwildError
 SHM_DIR = "/dev/shm"
 # fds a process needs besides the shared tensors: stdio, pipes, sentinels, imported libraries
 FD_HEADROOM = 256
+# fds a forkserver start sends besides the shared storages: the worker's pipe and the like (3),
+# and the 4 of its own (multiprocessing.forkserver.connect_to_new_process)
+FORKSERVER_EXTRA_FDS = 3 + 4
 
 
 class PreflightError(HogwildError):
@@ -67,6 +71,22 @@ def ensure_fd_budget(num_tensors: int, strategy: str) -> None:
         f"{num_tensors} shared tensors, but the open-file limit is {soft} (hard {hard}): "
         "use trainer.sharing_strategy=file_system or raise the limit (ulimit -n)"
     )
+
+
+def check_fd_passing(num_tensors: int, start_method: str, strategy: str) -> None:
+    """forkserver hands a new worker its fds over a socket, at most MAXFDS_TO_SEND (256) in all;
+    under file_descriptor that is one per shared storage, and more end in a bare
+    "ValueError: too many fds" as the first worker starts. (fork inherits fds; spawn passes any number.)
+    """
+    if start_method != "forkserver" or strategy != "file_descriptor":
+        return
+    most = multiprocessing.forkserver.MAXFDS_TO_SEND - FORKSERVER_EXTRA_FDS - 1
+    if num_tensors > most:
+        raise PreflightError(
+            f"trainer.start_method='forkserver' with trainer.sharing_strategy='file_descriptor' can hand a "
+            f"worker at most {most} shared tensors, but the model and data have {num_tensors}: "
+            "use trainer.sharing_strategy=file_system (or trainer.start_method=spawn)"
+        )
 
 
 def share_tensors(tensors: Iterable[torch.Tensor]) -> None:

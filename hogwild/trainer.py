@@ -182,7 +182,7 @@ class Trainer:
     def _handle(self, event) -> None:
         st = self.state
         if isinstance(event, Progress):
-            self.window.add(event.rank, event.steps, event.samples, event.loss_sum)
+            self.window.add(event.rank, event.steps, event.samples, event.loss_sum, event.lr)
             st.t_first = min(st.t_first, event.t_first)
             st.t_last = max(st.t_last, event.t_last)
         elif isinstance(event, EpochEnd):

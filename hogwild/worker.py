@@ -129,6 +129,40 @@ class _NonFinite(RuntimeError):
     pass
 
 
+class _Reporter:
+    """Accumulates loss and counts between reports; one Progress message every N steps.
+
+    The loss is summed where it lives: on the GPU `float()` is a device sync, paid once per
+    report instead of once per step.
+    """
+
+    def __init__(self, conn, rank: int, optimizer, device: torch.device):
+        self.conn, self.rank, self.optimizer, self.device = conn, rank, optimizer, device
+        self.t_first = self.t_last = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.steps = self.samples = 0
+        self.loss_sum = 0.0 if self.device.type == "cpu" else torch.zeros((), device=self.device)
+
+    def step(self, loss, samples: int) -> None:
+        self.loss_sum += loss
+        self.t_last = time.monotonic()
+        self.t_first = self.t_first or self.t_last
+        self.steps += 1
+        self.samples += samples
+
+    def flush(self) -> None:
+        if self.steps == 0:
+            return
+        total = float(self.loss_sum)
+        if not math.isfinite(total):
+            raise _NonFinite(f"worker {self.rank}: non-finite loss in the last {self.steps} steps")
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.conn.send(protocol.Progress(self.rank, self.steps, self.samples, total, self.t_first, self.t_last, lr))
+        self._reset()
+
+
 def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> bool:
     """The hot loop. Returns True when the stop flag ended it early."""
     device = torch.device(spec.device)
@@ -139,66 +173,43 @@ def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> 
     progress = control.progress.numpy()[rank]
     model.train()
     optimizer = spec.optimizer_factory(model.parameters())
+    report = _Reporter(conn, rank, optimizer, device)
+    check_each_step = device.type == "cpu" or spec.skip_nonfinite
     # Where this rank starts: 0/0 for a fresh run; a replacement worker or a resumed run
     # continues the shard at the first batch not yet applied.
     start_epoch, start_batch = int(progress[Control.EPOCH]), int(progress[Control.BATCH])
-    on_cpu = device.type == "cpu"
-    steps = samples = 0
-    loss_sum = torch.zeros((), device=device) if not on_cpu else 0.0
-    t_first = t_last = 0.0
     for epoch in range(start_epoch, spec.epochs):
         indices = shard(epoch_permutation(train_x.shape[0], spec.seed, epoch), rank, spec.num_workers)
         indices = indices.to(train_x.device)
         num_batches = math.ceil(indices.numel() / spec.batch_size)
         for b in range(start_batch if epoch == start_epoch else 0, num_batches):
             if stop[0]:
-                _flush(conn, rank, steps, samples, loss_sum, t_first, t_last)
+                report.flush()
                 return True
             idx = indices[b * spec.batch_size : (b + 1) * spec.batch_size]
-            x = train_x.index_select(0, idx)
-            y = train_y.index_select(0, idx)
-            if x.device != device:  # data kept on the host: pinned, copied without blocking
+            x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)
+            if x.device != device:  # data kept on the host: copied without blocking
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad(set_to_none=True)
             loss = spec.loss_fn(model(x), y)
             # On the CPU reading the loss is free, so a bad batch is caught before its update
-            # reaches the shared weights. On CUDA that would sync every step: checked per report.
-            if on_cpu:
-                value = loss.item()
-                if not math.isfinite(value):
-                    if spec.skip_nonfinite:
-                        continue
-                    raise _NonFinite(f"worker {rank}: non-finite loss ({value}) at epoch {epoch}, batch {b}")
-                loss_sum += value
-            else:
-                loss_sum += loss.detach()
+            # reaches the shared weights. On CUDA that is a sync per step: checked per report,
+            # unless the user asked to skip bad batches.
+            value = loss.item() if check_each_step else loss.detach()
+            if check_each_step and not math.isfinite(value):
+                if spec.skip_nonfinite:
+                    continue
+                raise _NonFinite(f"worker {rank}: non-finite loss ({value}) at epoch {epoch}, batch {b}")
             loss.backward()
             optimizer.step()
-            t_last = time.monotonic()
-            if not t_first:
-                t_first = t_last
-            steps += 1
-            samples += idx.numel()
+            n = idx.numel()
+            report.step(value, n)
             progress[Control.BATCH] = b + 1
-            progress[Control.SAMPLES] += idx.numel()
+            progress[Control.SAMPLES] += n
             progress[Control.STEPS] += 1
-            if steps % spec.log_every_n_steps == 0:
-                _flush(conn, rank, steps, samples, loss_sum, t_first, t_last)
-                steps = samples = 0
-                loss_sum = torch.zeros((), device=device) if not on_cpu else 0.0
-        progress[Control.EPOCH] = epoch + 1
-        progress[Control.BATCH] = 0
-        _flush(conn, rank, steps, samples, loss_sum, t_first, t_last)
-        steps = samples = 0
-        loss_sum = torch.zeros((), device=device) if not on_cpu else 0.0
+            if report.steps == spec.log_every_n_steps:
+                report.flush()
+        progress[Control.EPOCH], progress[Control.BATCH] = epoch + 1, 0
+        report.flush()
         conn.send(protocol.EpochEnd(rank, epoch))
     return False
-
-
-def _flush(conn, rank, steps, samples, loss_sum, t_first, t_last) -> None:
-    if steps == 0:
-        return
-    total = float(loss_sum)  # the one device sync per report
-    if not math.isfinite(total):
-        raise _NonFinite(f"worker {rank}: non-finite loss in the last {steps} steps")
-    conn.send(protocol.Progress(rank, steps, samples, total, t_first, t_last))

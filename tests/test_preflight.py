@@ -16,7 +16,7 @@ from collections import namedtuple
 import pytest
 import torch
 
-from conftest import SMALL, cli_command, cli_env, read_summary
+from conftest import SMALL, cli_command, cli_env, read_summary, run_cli
 from hogwild import sharing
 from hogwild.sharing import FD_HEADROOM, PreflightError
 
@@ -130,7 +130,7 @@ def assert_refused_cleanly(result, run_dir, *fragments) -> str:
 
 def test_cli_refuses_file_descriptor_with_a_low_hard_limit(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_cli_with_limits([*SMALL, *DEEP_MLP], run_dir, soft=64, hard=64)
+    result = run_cli_with_limits([*SMALL, *DEEP_MLP, "trainer.start_method=fork"], run_dir, soft=64, hard=64)
     assert_refused_cleanly(result, run_dir, "trainer.sharing_strategy='file_descriptor'",
                            "trainer.sharing_strategy=file_system", "open-file limit is 64")
 
@@ -145,15 +145,50 @@ def test_cli_file_system_runs_with_a_low_hard_limit(tmp_path):
     assert summary["worker_sharing_strategies"] == ["file_system", "file_system"]
 
 
-def test_cli_file_descriptor_raises_a_low_soft_limit_and_runs(tmp_path):
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_cli_file_descriptor_raises_a_low_soft_limit_and_runs(tmp_path, start_method):
     if hard_limit() < 1024:
         pytest.skip(f"the hard open-file limit here ({hard_limit()}) is too low to raise the soft one")
     run_dir = tmp_path / "run"
-    result = run_cli_with_limits([*SMALL, *DEEP_MLP], run_dir, soft=64)
+    result = run_cli_with_limits([*SMALL, *DEEP_MLP, f"trainer.start_method={start_method}"], run_dir, soft=64)
     assert result.returncode == 0, result.stderr
     summary = read_summary(run_dir)
     assert summary["status"] == "completed" and summary["total_samples"] == 2000
     assert summary["worker_sharing_strategies"] == ["file_descriptor", "file_descriptor"]
+
+
+# ---- forkserver hands a worker at most 256 fds (multiprocessing.forkserver.MAXFDS_TO_SEND) ----
+
+
+def test_fd_passing_limit_applies_to_forkserver_with_file_descriptor_only():
+    most = sharing.multiprocessing.forkserver.MAXFDS_TO_SEND - sharing.FORKSERVER_EXTRA_FDS - 1
+    sharing.check_fd_passing(most, "forkserver", "file_descriptor")
+    with pytest.raises(PreflightError) as info:
+        sharing.check_fd_passing(most + 1, "forkserver", "file_descriptor")
+    message = str(info.value)
+    assert "\n" not in message and f"at most {most} shared tensors" in message and f"have {most + 1}" in message
+    assert "trainer.start_method='forkserver'" in message and "trainer.sharing_strategy=file_system" in message
+    for start_method, strategy in [("forkserver", "file_system"), ("fork", "file_descriptor"),
+                                   ("spawn", "file_descriptor")]:
+        sharing.check_fd_passing(10_000, start_method, strategy)
+
+
+def test_cli_forkserver_runs_at_the_fd_passing_limit(tmp_path):
+    # 121 hidden layers: 244 parameter tensors + data (2) + control (2) = 248, the most allowed
+    run_dir = tmp_path / "run"
+    args = [*SMALL, "model=mlp", "model.hidden_sizes=[" + ",".join(["8"] * 121) + "]", "trainer.start_method=forkserver"]
+    result = run_cli(args, run_dir)
+    assert result.returncode == 0, result.stderr
+    assert read_summary(run_dir)["status"] == "completed"
+
+
+@pytest.mark.xfail(strict=True, reason="known bug: Trainer._preflight does not call sharing.check_fd_passing, "
+                   "so forkserver + file_descriptor with > 248 tensors dies with 'ValueError: too many fds'")
+def test_cli_forkserver_with_too_many_tensors_is_refused_up_front(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli([*SMALL, *DEEP_MLP, "trainer.start_method=forkserver"], run_dir)
+    assert_refused_cleanly(result, run_dir, "trainer.start_method='forkserver'",
+                           "trainer.sharing_strategy=file_system")
 
 
 # ---- /dev/shm space ----

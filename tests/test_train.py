@@ -54,7 +54,7 @@ def test_default_run_outputs_summary_checkpoint_and_tensorboard(tmp_path):
     state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert state["run"]["samples_seen"] == s["total_samples"]
     tags = tensorboard_tags(run_dir)
-    for tag in ["train/loss", "perf/samples_per_second", "eval/loss", "eval/accuracy",
+    for tag in ["train/loss", "train/lr", "perf/samples_per_second", "eval/loss", "eval/accuracy",
                 "workers/loss/rank_00", "workers/loss/rank_01"]:
         assert tag in tags, tags
     assert "test accuracy" in result.stdout and "tensorboard --logdir" in result.stdout
