@@ -23,6 +23,8 @@ USAGE = """usage: hogwild <command> [options]
 
 commands:
   train     train a model with Hogwild workers (Hydra overrides follow; `train --help` lists them)
+  doctor    check this machine (cores, sharing, /dev/shm, open files, CUDA) and suggest a config
+  bench     measure the framework against a plain hand-written Hogwild loop (`bench --help`)
 
 examples:
   hogwild train
@@ -49,7 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         return train(rest)
-    print(f"hogwild: unknown command {command!r}; commands: train (see `hogwild --help`)", file=sys.stderr)
+    if command == "doctor":
+        from hogwild import doctor
+
+        return doctor.main(rest)
+    if command == "bench":
+        from hogwild import bench
+
+        return bench.main(rest)
+    print(f"hogwild: unknown command {command!r}; commands: train, doctor, bench (see `hogwild --help`)",
+          file=sys.stderr)
     return 2
 
 
