@@ -126,21 +126,32 @@ def run_job(cfg, started_at: float | None = None) -> int:
 
 
 def _report(summary: dict, output_dir: str) -> None:
-    status = summary["status"]
+    """The few lines a user reads at the end of a run: results and where everything is."""
+    status, error = summary["status"], summary.get("error") or {}
     if status == "failed":
-        error = summary.get("error") or {}
         print(f"hogwild: run failed: worker {error.get('rank')}: {error.get('reason')}", file=sys.stderr)
-    else:
-        acc, loss, rate = summary["test_accuracy"], summary["test_loss"], summary["samples_per_second"]
-        print(
-            f"{status}: test accuracy {100 * acc:.2f}%, test loss {loss:.4f}, "
-            f"{rate or 0:,.0f} samples/s with {summary['num_workers']} workers, "
-            f"{summary['total_samples']:,} samples in {summary['wall_seconds']:.1f} s"
-        )
     rel = os.path.relpath(output_dir)
     rel = output_dir if rel.startswith("..") else rel
-    print(f"  run folder: {rel}  (summary.json, checkpoints/last.pt)")
-    print(f"  dashboards: tensorboard --logdir {os.path.join(rel, 'tensorboard')}")
+
+    def fmt(value, spec: str, suffix: str = "") -> str:
+        return "n/a" if value is None else f"{value:{spec}}{suffix}"
+
+    rows = [
+        ("test accuracy", fmt(summary["test_accuracy"] and 100 * summary["test_accuracy"], ".2f", "%")),
+        ("test loss", fmt(summary["test_loss"], ".4f")),
+        ("samples/s", f"{fmt(summary['samples_per_second'], ',.0f')} ({summary['num_workers']} workers, "
+                      f"{summary['start_method']}, {summary['sharing_strategy']})"),
+        ("samples", f"{summary['total_samples']:,} in {fmt(summary['train_seconds'], '.2f')} s of training, "
+                    f"{summary['wall_seconds']:.1f} s in all"),
+        ("run folder", rel),
+        ("checkpoint", os.path.join(rel, "checkpoints", "last.pt")
+         + (" (the last one before the failure)" if status == "failed" else "")
+         if os.path.exists(os.path.join(output_dir, "checkpoints", "last.pt")) else "none written"),
+        ("dashboards", f"tensorboard --logdir {os.path.join(rel, 'tensorboard')}"),
+    ]
+    print(f"run {status}")
+    for key, value in rows:
+        print(f"  {key:<14} {value}")
 
 
 def _process_start_time() -> float:
