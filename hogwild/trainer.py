@@ -89,6 +89,7 @@ class Trainer:
         if self.device.type == "cpu":
             sharing.check_shm_space(sharing.storage_bytes(tensors))
         sharing.ensure_fd_budget(len(tensors) + 2, self.cfg.sharing_strategy)
+        sharing.check_fd_passing(len(tensors) + 2, self.cfg.start_method, self.cfg.sharing_strategy)
         return progress
 
     def _check_optimizer(self) -> None:

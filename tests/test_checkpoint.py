@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import SMALL, read_summary, run_cli
+
 from hogwild import checkpoint
 from hogwild.checkpoint import CheckpointError
 from hogwild.models import MLP

@@ -148,7 +148,7 @@ def test_interrupt_stops_workers_writes_checkpoint_and_summary(tmp_path, sig, co
 
 
 @pytest.mark.parametrize("start_method", START_METHODS)
-def test_workers_exit_by_themselves_when_the_orchestrator_is_killed(tmp_path, start_method):
+def test_workers_exit_by_themselves_when_the_orchestrator_is_killed(tmp_path, start_method, no_leaks):
     proc, run_dir, tag = start_run(tmp_path, f"trainer.start_method={start_method}",
                                    "trainer.sharing_strategy=file_system")
     workers = [p for p in tagged_processes(tag) if p.pid != proc.pid]
