@@ -22,8 +22,9 @@ How to read the columns:
     speed-up    samples/s over the 1-worker, 1-thread row of the same kind (same impl, start
                 method, strategy). Perfect scaling is N; memory bandwidth and the shared weights'
                 cache lines keep it below (1.7-1.8x on 2 cores for the MLP, per DESIGN.md).
-    vs 1proc    samples/s over the best single process (1 worker x cores threads) of the same
-                impl: above 1 means the extra processes beat simply giving one process all cores.
+    vs 1proc    samples/s over the best single process (the fastest 1 worker x cores threads row
+                of the model, plain or framework): above 1 means the extra processes beat simply
+                giving one process all the cores.
     fw/plain    framework samples/s over plain samples/s, same model, workers and threads (and
                 start method when the plain loop ran it; else fork). 1.00 = as fast as the
                 hand-written loop; the goal is >= 0.95. Noise on a shared machine is ~ +-10%.
@@ -54,6 +55,7 @@ import tempfile
 import threading
 import time
 
+import psutil
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
@@ -63,13 +65,12 @@ TEST_SAMPLES = 500  # the framework evaluates once after the epoch; keep that sh
 FD, FS = "file_descriptor", "file_system"
 MODES = {  # samples per run (1 epoch), which (start method, strategy) pairs, best single process?
     "tiny": dict(samples={"mlp": 1024}, plain=[("fork", FD)], framework=[("fork", FD)], single=False, max_workers=2),
-    "quick": dict(samples={"mlp": 20_000, "convnet": 4_000}, plain=[("fork", FD), ("forkserver", FD)],
+    "quick": dict(samples={"mlp": 30_000, "convnet": 6_000}, plain=[("fork", FD), ("forkserver", FD)],
                   framework=[("fork", FD), ("forkserver", FD)], single=True, max_workers=None),
     "full": dict(samples={"mlp": 60_000, "convnet": 15_000}, plain=[("fork", FD), ("forkserver", FD)],
                  framework=[(m, s) for m in ("fork", "spawn", "forkserver") for s in (FD, FS)],
                  single=True, max_workers=None),
 }
-SINGLE = [("plain", "fork", FD), ("framework", "forkserver", FD)]  # best-single-process rows
 
 
 def build(model_name: str, num_samples: int):
@@ -151,8 +152,6 @@ class PeakPSS:
     """Max over time of the summed PSS of this process and all its descendants (a thread)."""
 
     def __init__(self, interval: float = 0.2):
-        import psutil
-
         self.me, self.interval, self.peak, self.stop = psutil.Process(), interval, 0, threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -161,7 +160,7 @@ class PeakPSS:
         for p in [self.me, *self.me.children(recursive=True)]:
             try:
                 total += p.memory_full_info().pss
-            except Exception:  # noqa: BLE001 - a process that just exited
+            except (psutil.NoSuchProcess, psutil.AccessDenied):  # it exited between the two calls
                 pass
         self.peak = max(self.peak, total)
 
@@ -207,12 +206,13 @@ def plan(mode: dict, models: list[str], workers: list[int], cores: int) -> list[
                 for impl in ("plain", "framework"):
                     if (start, strategy) in mode[impl]:
                         runs.append((model, impl, start, strategy, n, 1))
-        if mode["single"] and cores > 1:
-            runs += [(model, impl, start, strategy, 1, cores) for impl, start, strategy in SINGLE]
+        if mode["single"] and cores > 1:  # 1 process x all cores, in the plain loop's settings
+            runs += [(model, impl, start, strategy, 1, cores) for start, strategy in mode["plain"]
+                     for impl in ("plain", "framework")]
     return runs
 
 
-def add_ratios(rows: list[dict], cores: int) -> None:
+def add_ratios(rows: list[dict]) -> None:
     def find(**want):
         return next((r for r in rows if r["samples_per_second"] and all(r[k] == v for k, v in want.items())), None)
 
@@ -223,10 +223,11 @@ def add_ratios(rows: list[dict], cores: int) -> None:
         same = dict(model=r["model"], impl=r["impl"])
         r["speedup"] = ratio(r, find(**same, start_method=r["start_method"], sharing_strategy=r["sharing_strategy"],
                                      num_workers=1, threads=1))
-        r["vs_single_process"] = ratio(r, find(**same, num_workers=1, threads=cores)) if cores > 1 else None
-        if r["impl"] == "framework":
-            key = dict(model=r["model"], impl="plain", num_workers=r["num_workers"], threads=r["threads"])
-            r["vs_plain"] = ratio(r, find(**key, start_method=r["start_method"]) or find(**key, start_method="fork"))
+        singles = [x for x in rows if x["model"] == r["model"] and x["threads"] > 1 and x["samples_per_second"]]
+        r["vs_single_process"] = ratio(r, max(singles, key=lambda x: x["samples_per_second"], default=None))
+        key = dict(model=r["model"], impl="plain", num_workers=r["num_workers"], threads=r["threads"])
+        ref = find(**key, start_method=r["start_method"]) or find(**key, start_method="fork")
+        r["vs_plain"] = ratio(r, ref) if r["impl"] == "framework" else None
 
 
 def print_table(rows: list[dict]) -> None:
@@ -249,8 +250,11 @@ def print_table(rows: list[dict]) -> None:
 
 
 def plot(rows: list[dict], path: str) -> None:
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"no plot written to {path}: matplotlib is not installed (pip install 'hogwild[bench]')", file=sys.stderr)
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -266,8 +270,9 @@ def plot(rows: list[dict], path: str) -> None:
                 ax.plot(*zip(*pts), "--o" if kind[0] == "plain" else "-s", label=" ".join(kind),
                         color=f"C{settings.index(kind[1:]) % 10}")
         for r in (r for r in mine if r["threads"] > 1):
-            ax.axhline(r["samples_per_second"], ls=":", color="gray" if r["impl"] == "plain" else "black",
-                       label=f"{r['impl']}: 1 process x {r['threads']} threads")
+            ax.axhline(r["samples_per_second"], ls="--" if r["impl"] == "plain" else ":", lw=1,
+                       color=f"C{settings.index((r['start_method'], r['sharing_strategy'])) % 10}",
+                       label=f"{r['impl']} {r['start_method']}: 1 process x {r['threads']} threads")
         ax.set(title=model, xlabel="workers", ylabel="samples/s (steady state)", ylim=(0, None))
         ax.set_xticks(sorted({r["num_workers"] for r in mine}))
         ax.grid(alpha=0.3)
@@ -275,14 +280,22 @@ def plot(rows: list[dict], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    print(f"wrote {path}")
 
 
 def machine_info(cores: int, mode: str) -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor()
     return dict(cores=cores, cpu=cpu, torch=torch.__version__, python=platform.python_version(),
                 platform=platform.platform(), load_average=os.getloadavg(), mode=mode,
                 date=time.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def worker_counts(text: str) -> list[int]:
+    return [int(w) for w in text.split(",")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="MLP + conv net, fork/forkserver, small runs (~1-2 min)")
     p.add_argument("--tiny", action="store_true", help="a smoke test: MLP, fork, a thousand samples (seconds)")
     p.add_argument("--models", help="comma list of mlp,convnet (default: the mode's)")
-    p.add_argument("--workers", help="comma list of worker counts (default: 1..cores)")
+    p.add_argument("--workers", type=worker_counts, help="comma list, e.g. 1,2,4 (default: 1..cores)")
     p.add_argument("--samples", type=int, help="training samples per run, for every model")
     p.add_argument("--out", default="bench.json", help="where to write the JSON (the PNG goes next to it)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
@@ -310,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     models = args.models.split(",") if args.models else list(mode["samples"])
     if unknown := set(models) - {"mlp", "convnet"}:
         p.error(f"--models: unknown {sorted(unknown)}; choose from mlp, convnet")
-    workers = ([int(w) for w in args.workers.split(",")] if args.workers
-               else list(range(1, min(cores, mode["max_workers"] or cores) + 1)))
+    workers = args.workers or list(range(1, min(cores, mode["max_workers"] or cores) + 1))
     runs = plan(mode, models, workers, cores)
     info = machine_info(cores, mode_name)
     if any(r[2] == "forkserver" for r in runs):
@@ -345,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    add_ratios(rows, cores)
+    add_ratios(rows)
     print_table(rows)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
@@ -354,7 +366,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_plot:
         png = os.path.splitext(args.out)[0] + ".png"
         plot(rows, png)
-        print(f"wrote {png}")
     return 1 if any(r.get("error") for r in rows) else 0
 
 

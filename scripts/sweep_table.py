@@ -62,8 +62,11 @@ def print_table(rows: list[dict]) -> None:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"no plot written to {path}: matplotlib is not installed (pip install 'hogwild[bench]')", file=sys.stderr)
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -83,6 +86,7 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    print(f"wrote {path}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +106,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {args.folder / 'sweep.json'}")
     if not args.no_plot:
         plot(rows, args.folder / "sweep.png")
-        print(f"wrote {args.folder / 'sweep.png'}")
     return 0
 
 

@@ -20,7 +20,7 @@ def setting(row: dict) -> tuple:
 
 
 def run_script(args, cwd, timeout=180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+    return subprocess.run([sys.executable, *args], check=False, capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=cli_env())
 
 
@@ -84,3 +84,13 @@ def test_sweep_table_refuses_a_folder_without_jobs(tmp_path):
     result = run_script([str(REPO / "scripts" / "sweep_table.py"), str(tmp_path)], cwd=tmp_path)
     assert result.returncode == 2
     assert "no job folders" in result.stderr
+
+
+def test_plot_without_matplotlib_says_how_to_get_it_instead_of_crashing(tmp_path, monkeypatch, capsys):
+    from hogwild import bench
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
+    png = tmp_path / "bench.png"
+    bench.plot([{"model": "mlp", "samples_per_second": 1.0}], str(png))
+    assert not png.exists()
+    assert "pip install 'hogwild[bench]'" in capsys.readouterr().err
