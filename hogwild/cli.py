@@ -94,6 +94,7 @@ def run_job(cfg, started_at: float | None = None) -> int:
 
     from hogwild import builders
     from hogwild.config import HogwildError, build_run_config
+    from hogwild.supervisor import prestart
     from hogwild.trainer import Trainer
 
     # Before any torch work in this process: an OpenMP pool used here and then inherited
@@ -102,6 +103,7 @@ def run_job(cfg, started_at: float | None = None) -> int:
     try:
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
         run = build_run_config(raw, HydraConfig.get().runtime.output_dir)
+        prestart(run.trainer.start_method)  # the fork server boots while the data loads (seconds)
         data = builders.build_data(run.data)
         model = builders.build_model(run.model, data.input_shape, data.num_classes)
         trainer = Trainer(

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 START_METHODS = ("fork", "spawn", "forkserver")
 ON_WORKER_FAILURE = ("stop", "restart")
+MEMORY_FORMATS = ("auto", "contiguous", "channels_last")
 
 
 class HogwildError(Exception):
@@ -59,6 +60,9 @@ class TrainerConfig:
     """how long stopping workers may take to finish their step before SIGTERM"""
     eval_batch_size: int = 1000
     """batch size of the orchestrator's evaluation passes"""
+    memory_format: str = "auto"
+    """auto | contiguous | channels_last: layout of 4-D weights and inputs (auto = channels_last
+    for a model with Conv2d layers on the CPU, where oneDNN runs it ~1.5x faster)"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +174,7 @@ def build_trainer_config(values: Mapping[str, Any]) -> TrainerConfig:
         skip_nonfinite=_bool("trainer.skip_nonfinite", v["skip_nonfinite"]),
         grace_seconds=_number("trainer.grace_seconds", v["grace_seconds"], 0.0),
         eval_batch_size=_int("trainer.eval_batch_size", v["eval_batch_size"], 1),
+        memory_format=_choice("trainer.memory_format", v["memory_format"], MEMORY_FORMATS),
     )
 
 

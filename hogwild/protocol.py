@@ -48,6 +48,7 @@ class WorkerSpec:
     optimizer_factory: Callable[..., torch.optim.Optimizer]  # called on the shared parameters
     loss_fn: Callable[..., torch.Tensor]
     skip_nonfinite: bool  # skip a batch whose loss is NaN/inf instead of failing the run
+    channels_last: bool  # 4-D batches go to the model in channels_last layout
     orchestrator_pid: int  # the worker exits by itself when this process is gone
 
 

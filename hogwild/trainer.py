@@ -60,6 +60,14 @@ class Trainer:
         self.device = torch.device(trainer.device)
         self.ckpt_path = os.path.join(self.output_dir, "checkpoints", "last.pt")
         self.summary_path = os.path.join(self.output_dir, "summary.json")
+        self.channels_last = trainer.memory_format == "channels_last" or (
+            trainer.memory_format == "auto" and self.device.type == "cpu"
+            and any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+        )
+
+    def _layout(self, x: torch.Tensor) -> torch.Tensor:
+        """Inputs in the layout the model's weights use (channels_last: oneDNN's fast path)."""
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last and x.dim() == 4 else x
 
     # ---- set-up: everything that can refuse the run happens before anything is written ----
 
@@ -78,6 +86,16 @@ class Trainer:
             raise HogwildError(
                 f"{self.output_dir} already holds a finished run (summary.json); "
                 "choose another folder (hydra.run.dir=...) or continue it with resume_from=<checkpoint>"
+            )
+        if self.cfg.start_method == "fork" and self.cfg.threads_per_worker > 1 and torch.get_num_threads() > 1:
+            # OpenMP after fork: a child of a process whose thread pool has run (share_memory()
+            # alone starts it) hangs forever in its first multi-threaded op. The CLI caps this
+            # process at 1 thread before any torch work; an API caller must do the same.
+            raise ConfigError(
+                f"trainer.start_method='fork' with trainer.threads_per_worker={self.cfg.threads_per_worker} "
+                f"hangs the workers when this process runs {torch.get_num_threads()} intra-op threads: "
+                "use start_method=forkserver or spawn, threads_per_worker=1, or call torch.set_num_threads(1) "
+                "before any torch work"
             )
         progress = None
         if self.resume_from:
@@ -104,9 +122,11 @@ class Trainer:
     def _share(self, progress: torch.Tensor | None) -> tuple[TrainData, Control]:
         sharing.set_sharing_strategy(self.cfg.sharing_strategy)
         self.model.to(self.device)
+        if self.channels_last:  # 4-D weights only; the shared data is laid out to match, once
+            self.model.to(memory_format=torch.channels_last)
         self.model.zero_grad(set_to_none=True)  # each worker allocates its own grads
         self.model.share_memory()  # CUDA tensors need no move: they are shared through CUDA IPC
-        data = TrainData(self.data.train_x.to(self.device), self.data.train_y.to(self.device))
+        data = TrainData(self._layout(self.data.train_x.to(self.device)), self.data.train_y.to(self.device))
         sharing.share_tensors(data)
         control = Control(self.cfg.num_workers)
         if progress is not None:
@@ -120,6 +140,7 @@ class Trainer:
             threads=c.threads_per_worker, sharing_strategy=c.sharing_strategy, device=c.device,
             log_every_n_steps=c.log_every_n_steps, optimizer_factory=self.optimizer_factory,
             loss_fn=self.loss_fn, skip_nonfinite=c.skip_nonfinite, orchestrator_pid=os.getpid(),
+            channels_last=self.channels_last,
         )
 
     # ---- the run ----
@@ -238,7 +259,7 @@ class Trainer:
         loss_sum, correct = 0.0, 0
         x_all, y_all = self.data.test_x, self.data.test_y
         for i in range(0, x_all.shape[0], self.cfg.eval_batch_size):
-            x = x_all[i : i + self.cfg.eval_batch_size].to(self.device)
+            x = self._layout(x_all[i : i + self.cfg.eval_batch_size].to(self.device))
             y = y_all[i : i + self.cfg.eval_batch_size].to(self.device)
             out = self.model(x)
             loss_sum += float(self.loss_fn(out, y, reduction="sum"))
@@ -293,6 +314,7 @@ class Trainer:
             "worker_sharing_strategies": [st.hello[r].sharing_strategy for r in sorted(st.hello)],
             "device": self.cfg.device,
             "threads_per_worker": self.cfg.threads_per_worker,
+            "memory_format": "channels_last" if self.channels_last else "contiguous",
             "epochs": self.cfg.epochs,
             "batch_size": self.batch_size,
             "num_train": self.data.num_train,

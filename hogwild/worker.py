@@ -190,6 +190,8 @@ def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> 
             x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)
             if x.device != device:  # data kept on the host: copied without blocking
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            if spec.channels_last and x.dim() == 4:  # a no-op for 1-channel images
+                x = x.contiguous(memory_format=torch.channels_last)
             optimizer.zero_grad(set_to_none=True)
             loss = spec.loss_fn(model(x), y)
             # On the CPU reading the loss is free, so a bad batch is caught before its update

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO, cli_env
 
 ROW_FIGURES = ("samples", "samples_per_second", "train_seconds", "startup_seconds", "wall_seconds", "pss_mb", "speedup")
@@ -94,3 +95,17 @@ def test_plot_without_matplotlib_says_how_to_get_it_instead_of_crashing(tmp_path
     bench.plot([{"model": "mlp", "samples_per_second": 1.0}], str(png))
     assert not png.exists()
     assert "pip install 'hogwild[bench]'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_classic_compare_times_both_sides_of_the_same_work(tmp_path):
+    out = tmp_path / "classic.json"
+    result = run_script([str(REPO / "scripts" / "classic_compare.py"), "--samples", "1000", "--start-method", "fork",
+                         "--json", str(out)], cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert report["samples"] == 2000
+    assert report["framework_wall_seconds"] > 0 and report["classic_omp1_wall_seconds"] > 0
+    # the published, uncapped variant either finishes or is reported as hung (None), never 0
+    assert report["classic_wall_seconds"] is None or report["classic_wall_seconds"] > 0
+    assert "classic, 1 thread" in result.stdout

@@ -88,6 +88,7 @@ def test_auto_workers_and_threads_follow_usable_cores():
         ("trainer.on_worker_failure=ignore", "trainer.on_worker_failure", "stop, restart"),
         ("trainer.max_restarts=-1", "trainer.max_restarts", "integer >= 0"),
         ("trainer.skip_nonfinite=maybe", "trainer.skip_nonfinite", "true or false"),
+        ("trainer.memory_format=nhwc", "trainer.memory_format", "auto, contiguous, channels_last"),
         ("data.batch_size=0", "data.batch_size", "integer >= 1"),
         ("data.batch_size=-4", "data.batch_size", "integer >= 1"),
         ("checkpoint.every_n_steps=-1", "checkpoint.every_n_steps", "integer >= 0"),

@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import SMALL, cli_command, cli_env, read_summary, run_cli
 
-from hogwild import sharing
+from hogwild import HogwildError, sharing
 from hogwild.sharing import FD_HEADROOM, PreflightError
 
 # ~150 Linear layers: 302 parameter tensors, far more than 64 open files allow under file_descriptor
@@ -269,3 +269,22 @@ def test_cli_runs_when_the_data_fits_in_dev_shm(tmp_path, small_shm):
     result = small_shm([*SMALL, "trainer.sharing_strategy=file_system"], run_dir, size="64m")
     assert result.returncode == 0, result.stderr
     assert read_summary(run_dir)["status"] == "completed"
+
+
+def test_api_refuses_fork_with_threads_when_the_parent_runs_a_thread_pool(tmp_path):
+    """OpenMP after fork: such workers hang forever, so the run is refused before anything starts."""
+    from hogwild import Trainer, TrainerConfig
+    from hogwild.data import make_synthetic
+
+    data = make_synthetic(num_samples=256, num_test_samples=64, input_shape=[8], num_classes=2)
+    trainer = Trainer(torch.nn.Linear(8, 2), data, torch.optim.SGD,
+                      TrainerConfig(start_method="fork", threads_per_worker=2), batch_size=32,
+                      output_dir=str(tmp_path / "run"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(HogwildError, match="threads_per_worker=2.*forkserver"):
+            trainer.fit()
+    finally:
+        torch.set_num_threads(threads)
+    assert not (tmp_path / "run").exists()

@@ -36,6 +36,7 @@ def test_two_workers_complete_under_every_start_method_and_strategy(tmp_path, st
     # the strategy is a per-process setting: each worker reports the one it really runs with
     assert s["worker_sharing_strategies"] == [strategy, strategy]
     assert s["test_accuracy"] > 0.8
+    assert s["memory_format"] == "contiguous"  # an MLP has no 4-D weights to lay out
 
 
 def test_default_run_outputs_summary_checkpoint_and_tensorboard(tmp_path):
@@ -146,5 +147,6 @@ def test_mnist_experiment_trains_the_convnet_on_idx_files(tmp_path):
     assert result.returncode == 0, result.stderr
     s = read_summary(run_dir)
     assert s["total_samples"] == 3 * 3000 and s["test_accuracy"] >= 0.95
+    assert s["memory_format"] == "channels_last"  # trainer.memory_format=auto, a conv net on the CPU
     config = (run_dir / ".hydra" / "config.yaml").read_text()
     assert "hogwild.models.ConvNet" in config and "load_mnist" in config
