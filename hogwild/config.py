@@ -14,6 +14,7 @@ from typing import Any, Mapping
 START_METHODS = ("fork", "spawn", "forkserver")
 ON_WORKER_FAILURE = ("stop", "restart")
 MEMORY_FORMATS = ("auto", "contiguous", "channels_last")
+DATA_ON_DEVICE = ("auto", "true", "false")
 
 
 class HogwildError(Exception):
@@ -63,6 +64,9 @@ class TrainerConfig:
     memory_format: str = "auto"
     """auto | contiguous | channels_last: layout of 4-D weights and inputs (auto = channels_last
     for a model with Conv2d layers on the CPU, where oneDNN runs it ~1.5x faster)"""
+    data_on_device: str = "auto"
+    """CUDA only: auto | true | false: keep the training split on the GPU (auto: when it needs at
+    most half of the free memory) or in host shared memory, staged through pinned buffers"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +113,11 @@ def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise _fail(key, value, "allowed: " + ", ".join(allowed))
     return value
+
+
+def _yaml_word(value: Any) -> Any:
+    """YAML reads `true`/`false` as booleans; a key that also takes `auto` wants the words."""
+    return {True: "true", False: "false"}[value] if isinstance(value, bool) else value
 
 
 def _bool(key: str, value: Any) -> bool:
@@ -175,6 +184,7 @@ def build_trainer_config(values: Mapping[str, Any]) -> TrainerConfig:
         grace_seconds=_number("trainer.grace_seconds", v["grace_seconds"], 0.0),
         eval_batch_size=_int("trainer.eval_batch_size", v["eval_batch_size"], 1),
         memory_format=_choice("trainer.memory_format", v["memory_format"], MEMORY_FORMATS),
+        data_on_device=_choice("trainer.data_on_device", _yaml_word(v["data_on_device"]), DATA_ON_DEVICE),
     )
 
 

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from hogwild import checkpoint, sharing
+from hogwild import device as device_rules
 from hogwild.config import CheckpointConfig, ConfigError, HogwildError, TrainerConfig
 from hogwild.metrics import ProgressBar, ProgressWindow, Sinks, TensorBoardSink
 from hogwild.protocol import (
@@ -57,7 +58,7 @@ class Trainer:
         self.output_dir = os.path.abspath(output_dir)
         self.record = dict(record or {})
         self.started_at = started_at or time.time()
-        self.device = torch.device(trainer.device)
+        self.device = device_rules.resolve(trainer.device)
         self.ckpt_path = os.path.join(self.output_dir, "checkpoints", "last.pt")
         self.summary_path = os.path.join(self.output_dir, "summary.json")
         self.channels_last = trainer.memory_format == "channels_last" or (
@@ -97,6 +98,8 @@ class Trainer:
                 "use start_method=forkserver or spawn, threads_per_worker=1, or call torch.set_num_threads(1) "
                 "before any torch work"
             )
+        train_bytes = sharing.storage_bytes([self.data.train_x, self.data.train_y])
+        self.data_on_device = device_rules.data_goes_to_device(train_bytes, self.device, self.cfg.data_on_device)
         progress = None
         if self.resume_from:
             state = checkpoint.load(self.resume_from)
@@ -104,8 +107,9 @@ class Trainer:
             self.model.load_state_dict(state["model"])
             progress = state["progress"]
         tensors = [*self.model.parameters(), *self.model.buffers(), self.data.train_x, self.data.train_y]
-        if self.device.type == "cpu":
-            sharing.check_shm_space(sharing.storage_bytes(tensors))
+        in_shm = tensors if self.device.type == "cpu" else [] if self.data_on_device else tensors[-2:]
+        if in_shm:
+            sharing.check_shm_space(sharing.storage_bytes(in_shm))
         sharing.ensure_fd_budget(len(tensors) + 2, self.cfg.sharing_strategy)
         sharing.check_fd_passing(len(tensors) + 2, self.cfg.start_method, self.cfg.sharing_strategy)
         return progress
@@ -126,7 +130,8 @@ class Trainer:
             self.model.to(memory_format=torch.channels_last)
         self.model.zero_grad(set_to_none=True)  # each worker allocates its own grads
         self.model.share_memory()  # CUDA tensors need no move: they are shared through CUDA IPC
-        data = TrainData(self._layout(self.data.train_x.to(self.device)), self.data.train_y.to(self.device))
+        home = self.device if self.data_on_device else torch.device("cpu")
+        data = TrainData(self._layout(self.data.train_x.to(home)), self.data.train_y.to(home))
         sharing.share_tensors(data)
         control = Control(self.cfg.num_workers)
         if progress is not None:
@@ -137,7 +142,7 @@ class Trainer:
         c = self.cfg
         return WorkerSpec(
             num_workers=c.num_workers, epochs=c.epochs, batch_size=self.batch_size, seed=c.seed,
-            threads=c.threads_per_worker, sharing_strategy=c.sharing_strategy, device=c.device,
+            threads=c.threads_per_worker, sharing_strategy=c.sharing_strategy, device=str(self.device),
             log_every_n_steps=c.log_every_n_steps, optimizer_factory=self.optimizer_factory,
             loss_fn=self.loss_fn, skip_nonfinite=c.skip_nonfinite, orchestrator_pid=os.getpid(),
             channels_last=self.channels_last,
@@ -160,6 +165,8 @@ class Trainer:
         self.window.samples_seen = initial_samples
         self.control = control
         spec = self._spec()
+        # The model and `data` are referenced here until the supervisor has joined every worker
+        # (the finally below): a CUDA producer must outlive the consumers of its tensors.
         self.supervisor = Supervisor(self.cfg.start_method, run_worker, lambda rank: (spec, self.model, data, control))
         self.state = _RunState(self.cfg.num_workers, control)
         self.evals: list[tuple[float, float]] = []
@@ -315,6 +322,7 @@ class Trainer:
             "device": self.cfg.device,
             "threads_per_worker": self.cfg.threads_per_worker,
             "memory_format": "channels_last" if self.channels_last else "contiguous",
+            "data_on_device": self.data_on_device,
             "epochs": self.cfg.epochs,
             "batch_size": self.batch_size,
             "num_train": self.data.num_train,

@@ -21,6 +21,7 @@ import traceback
 import torch
 
 from hogwild import protocol
+from hogwild.device import HostBatches
 from hogwild.protocol import Control, WorkerSpec
 
 PR_SET_PDEATHSIG = 1
@@ -174,6 +175,8 @@ def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> 
     model.train()
     optimizer = spec.optimizer_factory(model.parameters())
     report = _Reporter(conn, rank, optimizer, device)
+    # data left in host memory for a CUDA run: batches staged through pinned buffers
+    to_device = HostBatches(train_x, train_y, spec.batch_size, device) if train_x.device != device else None
     check_each_step = device.type == "cpu" or spec.skip_nonfinite
     # Where this rank starts: 0/0 for a fresh run; a replacement worker or a resumed run
     # continues the shard at the first batch not yet applied.
@@ -187,9 +190,7 @@ def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> 
                 report.flush()
                 return True
             idx = indices[b * spec.batch_size : (b + 1) * spec.batch_size]
-            x, y = train_x.index_select(0, idx), train_y.index_select(0, idx)
-            if x.device != device:  # data kept on the host: copied without blocking
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            x, y = to_device(idx) if to_device else (train_x.index_select(0, idx), train_y.index_select(0, idx))
             if spec.channels_last and x.dim() == 4:  # a no-op for 1-channel images
                 x = x.contiguous(memory_format=torch.channels_last)
             optimizer.zero_grad(set_to_none=True)

@@ -29,7 +29,7 @@ def assert_refused_cleanly(result, run_dir, *fragments):
         ("trainer.sharing_strategy=nope", ["trainer.sharing_strategy='nope'", "file_system"]),
         ("data.batch_size=0", ["data.batch_size=0", "integer >= 1"]),
         ("trainer.epochs=-1", ["trainer.epochs=-1", "integer >= 1"]),
-        ("trainer.device=cuda", ["trainer.device='cuda'"]),
+        ("trainer.device=cuda:99", ["trainer.device='cuda:99'"]),  # refused with or without CUDA
         ("model=convnet", ["convnet needs 1x28x28"]),
         ("optimizer.lr=-1", ["optimizer SGD rejects its arguments", "learning rate"]),
     ],
