@@ -61,6 +61,22 @@ def tagged_processes(tag: str) -> list[psutil.Process]:
     return found
 
 
+def worker_processes(tag: str, orchestrator_pid: int) -> list[psutil.Process]:
+    """The training workers among a run's tagged processes: not the orchestrator, its fork server
+    (a child of the orchestrator) or the resource tracker. Forkserver workers are children of
+    the fork server and carry its command line."""
+    workers = []
+    for p in tagged_processes(tag):
+        try:
+            cmd = " ".join(p.cmdline())
+            helper = "resource_tracker" in cmd or ("forkserver" in cmd and p.ppid() == orchestrator_pid)
+            if p.pid != orchestrator_pid and not helper:
+                workers.append(p)
+        except psutil.Error:
+            pass
+    return workers
+
+
 @pytest.fixture
 def no_leaks():
     """Fails the test if it leaves a shared-memory entry behind."""

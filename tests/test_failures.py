@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import cli_command, cli_env, read_summary, run_cli, tagged_processes
+from conftest import cli_command, cli_env, read_summary, run_cli, tagged_processes, worker_processes
 
 START_METHODS = ["fork", "spawn", "forkserver"]
 # 2 workers x 156 steps of >= 0.2 s: half a minute of work, so every fault and signal lands mid-run
@@ -121,8 +121,9 @@ def start_run(tmp_path, *extra):
     tag, run_dir = uuid.uuid4().hex, tmp_path / "run"
     proc = subprocess.Popen(cli_command([*SLOW, *extra], run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=cli_env(tag), cwd=tmp_path)
-    # wait until the workers exist, then give them time to start training
-    assert wait_until(lambda: len(tagged_processes(tag)) >= 3, 60)
+    # wait until the workers exist (the fork server alone starts before the data loads), then
+    # give them time to start training (spawn workers import torch first)
+    assert wait_until(lambda: len(worker_processes(tag, proc.pid)) >= 2, 60)
     time.sleep(4.0)
     return proc, run_dir, tag
 
