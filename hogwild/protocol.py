@@ -29,6 +29,8 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
+from hogwild import staleness
+
 
 # ---- orchestrator -> worker -------------------------------------------------------------------
 
@@ -72,10 +74,24 @@ class Control:
 
     def __init__(self, num_workers: int):
         self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.progress = torch.zeros(num_workers, 4, dtype=torch.int64).share_memory_()
+        # One shared table, one storage (one fd to pass under file_descriptor): the progress
+        # columns, then each rank's staleness histogram (hogwild.staleness). A rank writes its row only.
+        self.table = torch.zeros(num_workers, 4 + staleness.COLUMNS, dtype=torch.int64).share_memory_()
+        self._views()
+
+    def _views(self) -> None:
+        self.progress = self.table[:, :4]
+        self.staleness = self.table[:, 4:]
+
+    def __getstate__(self) -> dict:  # send the storage once, not once per view
+        return {"stop": self.stop, "table": self.table}
+
+    def __setstate__(self, state: dict) -> None:
+        self.stop, self.table = state["stop"], state["table"]
+        self._views()
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.stop, self.progress
+        return self.stop, self.table
 
 
 # ---- worker -> orchestrator -------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import torch
 import torch.nn.functional as F
 
-from hogwild import checkpoint, sharing
+from hogwild import checkpoint, sharing, staleness
 from hogwild import device as device_rules
 from hogwild.config import CheckpointConfig, ConfigError, HogwildError, TrainerConfig
 from hogwild.metrics import ProgressBar, ProgressWindow, Sinks, TensorBoardSink
@@ -197,7 +197,7 @@ class Trainer:
             for event in self.supervisor.events(timeout=0.1):
                 self._handle(event)
             if self.window.due():
-                self.window.flush(self.sinks)
+                self._flush()
             if st.status != "running" and not st.stop_deadline:
                 self.control.stop[0] = 1
                 st.stop_deadline = time.monotonic() + self.cfg.grace_seconds
@@ -210,9 +210,15 @@ class Trainer:
             ):
                 self._save_checkpoint()
                 ckpt_at, steps_at_ckpt = time.monotonic(), steps
-        self.window.flush(self.sinks)
+        self._flush()
         if st.status == "running":
             st.status = "completed"
+
+    def _flush(self) -> None:
+        """Progress since the last write, plus the staleness histograms as they stand."""
+        self.window.flush(self.sinks)
+        if values := staleness.scalars(self.control.staleness.numpy()):
+            self.sinks.scalars(values, self.window.samples_seen)
 
     def _handle(self, event) -> None:
         st = self.state
@@ -224,7 +230,7 @@ class Trainer:
             st.epochs_done[event.rank] = max(st.epochs_done[event.rank], event.epoch + 1)
             if min(st.epochs_done) > st.epochs_evaluated and st.status == "running":
                 st.epochs_evaluated = min(st.epochs_done)
-                self.window.flush(self.sinks)
+                self._flush()
                 self._evaluate(epoch=st.epochs_evaluated)
         elif isinstance(event, Hello):
             st.hello[event.rank] = event
@@ -338,6 +344,7 @@ class Trainer:
             "test_loss": test_loss,
             "test_accuracy": test_accuracy,
             "worker_restarts": st.restarts,
+            "staleness": staleness.summarize(self.control.staleness.numpy()),
             "exit_code": EXIT_CODES.get(st.signal or st.status, 1),
         }
         if st.error:

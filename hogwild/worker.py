@@ -20,7 +20,7 @@ import traceback
 
 import torch
 
-from hogwild import protocol
+from hogwild import protocol, staleness
 from hogwild.device import HostBatches
 from hogwild.protocol import Control, WorkerSpec
 
@@ -172,6 +172,8 @@ def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> 
     train_x, train_y = data.train_x, data.train_y
     stop = control.stop.numpy()  # numpy views: a flag read or a counter write costs nanoseconds
     progress = control.progress.numpy()[rank]
+    all_steps = control.progress.numpy()[:, Control.STEPS]  # every rank's step count (others' updates)
+    stale_row = control.staleness.numpy()[rank]
     model.train()
     optimizer = spec.optimizer_factory(model.parameters())
     report = _Reporter(conn, rank, optimizer, device)
@@ -194,6 +196,7 @@ def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> 
             if spec.channels_last and x.dim() == 4:  # a no-op for 1-channel images
                 x = x.contiguous(memory_format=torch.channels_last)
             optimizer.zero_grad(set_to_none=True)
+            read_at = int(all_steps.sum())  # updates applied so far, as this step reads the weights
             loss = spec.loss_fn(model(x), y)
             # On the CPU reading the loss is free, so a bad batch is caught before its update
             # reaches the shared weights. On CUDA that is a sync per step: checked per report,
@@ -204,6 +207,7 @@ def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> 
                     continue
                 raise _NonFinite(f"worker {rank}: non-finite loss ({value}) at epoch {epoch}, batch {b}")
             loss.backward()
+            staleness.record(stale_row, int(all_steps.sum()) - read_at)  # others' updates since the read
             optimizer.step()
             n = idx.numel()
             report.step(value, n)

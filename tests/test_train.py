@@ -56,8 +56,14 @@ def test_default_run_outputs_summary_checkpoint_and_tensorboard(tmp_path):
     assert state["run"]["samples_seen"] == s["total_samples"]
     tags = tensorboard_tags(run_dir)
     for tag in ["train/loss", "train/lr", "perf/samples_per_second", "eval/loss", "eval/accuracy",
-                "workers/loss/rank_00", "workers/loss/rank_01"]:
+                "workers/loss/rank_00", "workers/loss/rank_01", "staleness/mean", "staleness/p95",
+                "staleness/max", "workers/staleness/rank_00", "workers/staleness/rank_01"]:
         assert tag in tags, tags
+    # every step recorded its staleness once; with 2 workers some steps saw the other's update
+    st = s["staleness"]
+    steps = int(state["progress"][:, 3].sum())  # the progress table's STEPS column
+    assert st["steps"] == sum(w["steps"] for w in st["per_worker"]) == steps
+    assert 0 <= st["mean"] <= st["p95"] <= st["max"] and [w["rank"] for w in st["per_worker"]] == [0, 1]
     assert "test accuracy" in result.stdout and "tensorboard --logdir" in result.stdout
 
 
