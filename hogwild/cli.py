@@ -115,6 +115,8 @@ def run_job(cfg, started_at: float | None = None) -> int:
             output_dir=run.output_dir,
             checkpointing=run.checkpoint,
             resume_from=run.resume_from,
+            shared_optimizer=run.shared_optimizer,
+            schedule=run.schedule,
             record=raw,
             started_at=started_at,
         )

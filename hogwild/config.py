@@ -12,6 +12,8 @@ import os
 from typing import Any, Mapping
 
 START_METHODS = ("fork", "spawn", "forkserver")
+SCHEDULES = ("constant", "linear", "cosine")
+LR_SCALINGS = ("none", "linear", "sqrt")
 ON_WORKER_FAILURE = ("stop", "restart")
 MEMORY_FORMATS = ("auto", "contiguous", "channels_last")
 DATA_ON_DEVICE = ("auto", "true", "false")
@@ -78,6 +80,22 @@ class CheckpointConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScheduleConfig:
+    """The `schedule` group: learning-rate rules under asynchrony (hogwild.schedule)."""
+
+    name: str = "constant"
+    """constant | linear (decay to min_lr_fraction) | cosine (decay to min_lr_fraction)"""
+    warmup_fraction: float = 0.0
+    """share of the run's samples over which the lr rises linearly from 0 (0 = no warm-up)"""
+    min_lr_fraction: float = 0.0
+    """where linear and cosine end, as a fraction of the base lr"""
+    scale_lr_with_workers: str = "none"
+    """none | linear | sqrt: multiply the base lr by N or sqrt(N) for N workers"""
+    momentum_correction: bool = False
+    """lower each worker's momentum by the implicit momentum of asynchrony, 1 - 1/N"""
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     trainer: TrainerConfig
     checkpoint: CheckpointConfig
@@ -87,6 +105,8 @@ class RunConfig:
     optimizer: dict[str, Any]  # `_target_` + `_partial_: true` + kwargs
     output_dir: str
     resume_from: str | None = None
+    shared_optimizer: bool = False  # optimizer.shared: one optimizer state for all workers
+    schedule: ScheduleConfig = ScheduleConfig()
     raw: dict[str, Any] = dataclasses.field(default_factory=dict)  # composed config, for records
 
 
@@ -197,6 +217,24 @@ def build_checkpoint_config(values: Mapping[str, Any]) -> CheckpointConfig:
     )
 
 
+def build_schedule_config(values: Mapping[str, Any]) -> ScheduleConfig:
+    _check_keys("schedule", values, ScheduleConfig)
+    v = {**dataclasses.asdict(ScheduleConfig()), **values}
+    warmup = _number("schedule.warmup_fraction", v["warmup_fraction"], 0.0)
+    if warmup >= 1.0:
+        raise _fail("schedule.warmup_fraction", v["warmup_fraction"], "expected a number >= 0.0 and < 1.0")
+    floor = _number("schedule.min_lr_fraction", v["min_lr_fraction"], 0.0)
+    if floor > 1.0:
+        raise _fail("schedule.min_lr_fraction", v["min_lr_fraction"], "expected a number >= 0.0 and <= 1.0")
+    return ScheduleConfig(
+        name=_choice("schedule.name", v["name"], SCHEDULES),
+        warmup_fraction=warmup,
+        min_lr_fraction=floor,
+        scale_lr_with_workers=_choice("schedule.scale_lr_with_workers", v["scale_lr_with_workers"], LR_SCALINGS),
+        momentum_correction=_bool("schedule.momentum_correction", v["momentum_correction"]),
+    )
+
+
 def _target_section(name: str, values: Any) -> dict[str, Any]:
     if not isinstance(values, Mapping) or "_target_" not in values:
         raise ConfigError(f"{name} must be a config group with a _target_ (got {values!r})")
@@ -211,10 +249,12 @@ def build_run_config(raw: Mapping[str, Any], output_dir: str) -> RunConfig:
     trainer = build_trainer_config(raw["trainer"])
     data = _target_section("data", raw["data"])
     batch_size = _int("data.batch_size", data.pop("batch_size", None), 1)
+    optimizer = _target_section("optimizer", raw["optimizer"])
+    shared_optimizer = _bool("optimizer.shared", optimizer.pop("shared", False))
     resume_from = raw.get("resume_from")
     if resume_from is not None and not isinstance(resume_from, str):
         raise _fail("resume_from", resume_from, "expected a path to a checkpoint or null")
-    known = {"trainer", "data", "model", "optimizer", "checkpoint", "resume_from"}
+    known = {"trainer", "data", "model", "optimizer", "checkpoint", "schedule", "resume_from"}
     for key, value in raw.items():
         if key not in known and not key.startswith("hydra"):
             raise ConfigError(f"{key}={value!r}: {key!r} is not a known config key; allowed: {', '.join(sorted(known))}")
@@ -224,8 +264,10 @@ def build_run_config(raw: Mapping[str, Any], output_dir: str) -> RunConfig:
         batch_size=batch_size,
         data=data,
         model=_target_section("model", raw["model"]),
-        optimizer=_target_section("optimizer", raw["optimizer"]),
+        optimizer=optimizer,
         output_dir=output_dir,
         resume_from=resume_from,
+        shared_optimizer=shared_optimizer,
+        schedule=build_schedule_config(raw.get("schedule") or {}),
         raw=dict(raw),
     )

@@ -30,6 +30,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from hogwild import staleness
+from hogwild.config import ScheduleConfig
 
 
 # ---- orchestrator -> worker -------------------------------------------------------------------
@@ -51,6 +52,7 @@ class WorkerSpec:
     loss_fn: Callable[..., torch.Tensor]
     skip_nonfinite: bool  # skip a batch whose loss is NaN/inf instead of failing the run
     channels_last: bool  # 4-D batches go to the model in channels_last layout
+    schedule: ScheduleConfig  # learning-rate rules, driven by the global sample count
     orchestrator_pid: int  # the worker exits by itself when this process is gone
 
 
@@ -71,6 +73,7 @@ class Control:
 
     # columns of `progress`
     EPOCH, BATCH, SAMPLES, STEPS = range(4)
+    NUM_TENSORS = 2  # what tensors() returns: what a worker receives besides the model and data
 
     def __init__(self, num_workers: int):
         self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()

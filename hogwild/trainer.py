@@ -12,6 +12,7 @@ Usable without Hydra: build a model, a `DataSplits` and an optimizer factory, th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -23,9 +24,9 @@ from typing import Any, Callable, Mapping
 import torch
 import torch.nn.functional as F
 
-from hogwild import checkpoint, sharing, staleness
+from hogwild import checkpoint, optim_state, sharing, staleness
 from hogwild import device as device_rules
-from hogwild.config import CheckpointConfig, ConfigError, HogwildError, TrainerConfig
+from hogwild.config import CheckpointConfig, ConfigError, HogwildError, ScheduleConfig, TrainerConfig
 from hogwild.metrics import ProgressBar, ProgressWindow, Sinks, TensorBoardSink
 from hogwild.protocol import (
     Control, Done, EpochEnd, Failure, Hello, Log, Progress, TrainData, WorkerSpec, describe_exit,
@@ -51,6 +52,8 @@ class Trainer:
         record: Mapping[str, Any] | None = None,  # the composed config, stored in checkpoints
         loss_fn: Callable[..., torch.Tensor] = F.cross_entropy,
         started_at: float | None = None,  # time.time() the process started (for wall_seconds)
+        shared_optimizer: bool = False,  # one optimizer state for all workers (hogwild.optim_state)
+        schedule: ScheduleConfig = ScheduleConfig(),  # learning-rate rules (hogwild.schedule)
     ):
         self.model, self.data, self.cfg = model, data, trainer
         self.optimizer_factory, self.loss_fn = optimizer_factory, loss_fn
@@ -58,6 +61,8 @@ class Trainer:
         self.output_dir = os.path.abspath(output_dir)
         self.record = dict(record or {})
         self.started_at = started_at or time.time()
+        self.shared_optimizer, self.schedule = shared_optimizer, schedule
+        self.optimizer_state: optim_state.State = []
         self.device = device_rules.resolve(trainer.device)
         self.ckpt_path = os.path.join(self.output_dir, "checkpoints", "last.pt")
         self.summary_path = os.path.join(self.output_dir, "summary.json")
@@ -110,8 +115,9 @@ class Trainer:
         in_shm = tensors if self.device.type == "cpu" else [] if self.data_on_device else tensors[-2:]
         if in_shm:
             sharing.check_shm_space(sharing.storage_bytes(in_shm))
-        sharing.ensure_fd_budget(len(tensors) + 2, self.cfg.sharing_strategy)
-        sharing.check_fd_passing(len(tensors) + 2, self.cfg.start_method, self.cfg.sharing_strategy)
+        self.num_shared = len(tensors) + Control.NUM_TENSORS  # what each worker receives
+        sharing.ensure_fd_budget(self.num_shared, self.cfg.sharing_strategy)
+        sharing.check_fd_passing(self.num_shared, self.cfg.start_method, self.cfg.sharing_strategy)
         return progress
 
     def _check_optimizer(self) -> None:
@@ -133,6 +139,11 @@ class Trainer:
         home = self.device if self.data_on_device else torch.device("cpu")
         data = TrainData(self._layout(self.data.train_x.to(home)), self.data.train_y.to(home))
         sharing.share_tensors(data)
+        if self.shared_optimizer:  # built on the device, in the layout, the workers' parameters have
+            self.optimizer_state = optim_state.share(optim_state.build(self.optimizer_factory, list(self.model.parameters())))
+            count = self.num_shared + len(optim_state.tensors(self.optimizer_state))
+            sharing.ensure_fd_budget(count, self.cfg.sharing_strategy)
+            sharing.check_fd_passing(count, self.cfg.start_method, self.cfg.sharing_strategy)
         control = Control(self.cfg.num_workers)
         if progress is not None:
             control.progress.copy_(progress)
@@ -145,7 +156,7 @@ class Trainer:
             threads=c.threads_per_worker, sharing_strategy=c.sharing_strategy, device=str(self.device),
             log_every_n_steps=c.log_every_n_steps, optimizer_factory=self.optimizer_factory,
             loss_fn=self.loss_fn, skip_nonfinite=c.skip_nonfinite, orchestrator_pid=os.getpid(),
-            channels_last=self.channels_last,
+            channels_last=self.channels_last, schedule=self.schedule,
         )
 
     # ---- the run ----
@@ -167,7 +178,7 @@ class Trainer:
         spec = self._spec()
         # The model and `data` are referenced here until the supervisor has joined every worker
         # (the finally below): a CUDA producer must outlive the consumers of its tensors.
-        self.supervisor = Supervisor(self.cfg.start_method, run_worker, lambda rank: (spec, self.model, data, control))
+        self.supervisor = Supervisor(self.cfg.start_method, run_worker, lambda rank: (spec, self.model, data, control, self.optimizer_state))
         self.state = _RunState(self.cfg.num_workers, control)
         self.evals: list[tuple[float, float]] = []
         handlers = self._install_signal_handlers()
@@ -345,6 +356,10 @@ class Trainer:
             "test_accuracy": test_accuracy,
             "worker_restarts": st.restarts,
             "staleness": staleness.summarize(self.control.staleness.numpy()),
+            "optimizer_shared": self.shared_optimizer,
+            "schedule": dataclasses.asdict(self.schedule),
+            # the shared state's step counter: all workers' updates (None for per-worker state)
+            "optimizer_state_steps": optim_state.steps(self.optimizer_state),
             "exit_code": EXIT_CODES.get(st.signal or st.status, 1),
         }
         if st.error:

@@ -20,8 +20,9 @@ import traceback
 
 import torch
 
-from hogwild import protocol, staleness
+from hogwild import optim_state, protocol, staleness
 from hogwild.device import HostBatches
+from hogwild.schedule import Scheduler
 from hogwild.protocol import Control, WorkerSpec
 
 PR_SET_PDEATHSIG = 1
@@ -81,7 +82,7 @@ class _PipeLogHandler(logging.Handler):
             pass
 
 
-def run_worker(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> None:
+def run_worker(rank: int, spec: WorkerSpec, model, data, control: Control, optimizer_state, conn) -> None:
     """Entry point of a worker process (a top-level function, so it pickles under spawn)."""
     # Ctrl-C reaches the whole process group; only the orchestrator decides what it means.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -102,7 +103,7 @@ def run_worker(rank: int, spec: WorkerSpec, model, data, control: Control, conn)
                 rank, os.getpid(), torch.multiprocessing.get_sharing_strategy(), torch.get_num_threads(), time.monotonic()
             )
         )
-        stopped_early = _train(rank, spec, model, data, control, conn)
+        stopped_early = _train(rank, spec, model, data, control, optimizer_state, conn)
         conn.send(protocol.Done(rank, stopped_early))
     except _NonFinite as e:
         code = 1
@@ -164,7 +165,7 @@ class _Reporter:
         self._reset()
 
 
-def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> bool:
+def _train(rank: int, spec: WorkerSpec, model, data, control: Control, optimizer_state, conn) -> bool:
     """The hot loop. Returns True when the stop flag ended it early."""
     device = torch.device(spec.device)
     if device.type == "cuda":
@@ -173,9 +174,13 @@ def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> 
     stop = control.stop.numpy()  # numpy views: a flag read or a counter write costs nanoseconds
     progress = control.progress.numpy()[rank]
     all_steps = control.progress.numpy()[:, Control.STEPS]  # every rank's step count (others' updates)
+    all_samples = control.progress.numpy()[:, Control.SAMPLES]  # the global sample count drives the lr
     stale_row = control.staleness.numpy()[rank]
     model.train()
     optimizer = spec.optimizer_factory(model.parameters())
+    if optimizer_state:  # optimizer.shared=true: adopt the one state every worker updates
+        optim_state.attach(optimizer, list(model.parameters()), optimizer_state)
+    scheduler = Scheduler(optimizer, spec.schedule, spec.num_workers, spec.epochs * train_x.shape[0])
     report = _Reporter(conn, rank, optimizer, device)
     # data left in host memory for a CUDA run: batches staged through pinned buffers
     to_device = HostBatches(train_x, train_y, spec.batch_size, device) if train_x.device != device else None
@@ -208,6 +213,8 @@ def _train(rank: int, spec: WorkerSpec, model, data, control: Control, conn) -> 
                 raise _NonFinite(f"worker {rank}: non-finite loss ({value}) at epoch {epoch}, batch {b}")
             loss.backward()
             staleness.record(stale_row, int(all_steps.sum()) - read_at)  # others' updates since the read
+            if scheduler.active:
+                scheduler.update(int(all_samples.sum()))
             optimizer.step()
             n = idx.numel()
             report.step(value, n)

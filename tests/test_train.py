@@ -19,6 +19,14 @@ def tensorboard_tags(run_dir) -> set[str]:
     return set(acc.Tags()["scalars"])
 
 
+def tensorboard_scalars(run_dir, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
 @pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
 @pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
 def test_two_workers_complete_under_every_start_method_and_strategy(tmp_path, start_method, strategy, no_leaks):

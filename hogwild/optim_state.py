@@ -1,0 +1,73 @@
+"""Shared optimizer state (`optimizer.shared=true`): one set of moments for all workers.
+
+By default every worker builds its own optimizer, so Adam's moments (or SGD's momentum buffer)
+are per worker: each sees only its own gradients. With a shared state, the orchestrator creates
+the state once, eagerly, places every state tensor in shared memory (or keeps it on the GPU, for
+CUDA IPC), and each worker's optimizer adopts those very tensors. torch's optimizers update their
+state in place, so every worker then reads and writes one state, lock-free, like the parameters
+(the A3C "SharedAdam" pattern, for any optimizer that keeps only tensors in its state: SGD with
+momentum, Adam, AdamW, RMSprop, Adagrad, ...). Step counters are shared too; concurrent
+increments can race, so the shared `step` may fall a little short of the true number of updates.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from hogwild.config import ConfigError
+
+State = list[dict[str, torch.Tensor]]  # one dict per parameter, in model.parameters() order
+
+
+def build(factory: Callable[..., torch.optim.Optimizer], params: list[torch.Tensor]) -> State:
+    """Create the optimizer's full state without touching `params`: one step with zero gradients
+    on clones (so weight decay cannot move the real weights), then every state tensor zeroed."""
+    clones = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    optimizer = factory(clones)
+    for c in clones:
+        c.grad = torch.zeros_like(c)
+    optimizer.step()
+    name = type(optimizer).__name__
+    states = []
+    for c in clones:
+        state = optimizer.state.get(c, {})
+        if not state:
+            raise ConfigError(f"optimizer.shared=true: {name} keeps no per-parameter state, so there is nothing to share; "
+                              "use optimizer.shared=false")
+        not_tensors = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
+        if not_tensors:
+            raise ConfigError(f"optimizer.shared=true: {name} keeps {', '.join(not_tensors)} as plain Python values, "
+                              "which cannot be shared between processes; use optimizer.shared=false")
+        fresh = {k: v.detach().clone().zero_() for k, v in state.items()}
+        # Adagrad's sum starts at initial_accumulator_value, not zero: keep what its constructor made
+        if hasattr(optimizer, "defaults") and "initial_accumulator_value" in optimizer.defaults and "sum" in fresh:
+            fresh["sum"].fill_(optimizer.defaults["initial_accumulator_value"])
+        states.append(fresh)
+    return states
+
+
+def share(states: State) -> State:
+    """CPU state into shared memory (CUDA tensors are shared through CUDA IPC as they are)."""
+    for state in states:
+        for tensor in state.values():
+            if tensor.device.type == "cpu":
+                tensor.share_memory_()
+    return states
+
+
+def tensors(states: State) -> list[torch.Tensor]:
+    return [t for state in states for t in state.values()]
+
+
+def attach(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], states: State) -> None:
+    """Make `optimizer` use the shared state tensors themselves (not copies)."""
+    for p, state in zip(params, states, strict=True):
+        optimizer.state[p] = dict(state)
+
+
+def steps(states: State) -> int | None:
+    """The shared step counter of the first parameter (None when the optimizer keeps none)."""
+    step = states[0].get("step") if states else None
+    return int(step) if step is not None else None
