@@ -36,9 +36,11 @@ def build_data(values: Mapping[str, Any]):
     return _instantiate("data", values)
 
 
-def build_model(values: Mapping[str, Any], input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
-    """Models receive the data's input shape and class count, so configs need not repeat them."""
-    return _instantiate("model", values, input_shape=list(input_shape), num_classes=num_classes)
+def build_model(values: Mapping[str, Any], input_shape: tuple[int, ...], num_classes: int,
+                extra: Mapping[str, Any] | None = None) -> torch.nn.Module:
+    """Models receive the data's input shape and class count (and what the data set says its
+    models need, e.g. num_users / num_items), so configs need not repeat them."""
+    return _instantiate("model", values, input_shape=list(input_shape), num_classes=num_classes, **(extra or {}))
 
 
 def build_optimizer_factory(values: Mapping[str, Any]) -> functools.partial:

@@ -105,7 +105,7 @@ def run_job(cfg, started_at: float | None = None) -> int:
         run = build_run_config(raw, HydraConfig.get().runtime.output_dir)
         prestart(run.trainer.start_method)  # the fork server boots while the data loads (seconds)
         data = builders.build_data(run.data)
-        model = builders.build_model(run.model, data.input_shape, data.num_classes)
+        model = builders.build_model(run.model, data.input_shape, data.num_classes, data.model_kwargs)
         trainer = Trainer(
             model=model,
             data=data,
@@ -141,6 +141,7 @@ def _report(summary: dict, output_dir: str) -> None:
         return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
     rows = [
+        ("test RMSE", fmt(summary["test_rmse"], ".4f")) if summary.get("task") == "regression" else
         ("test accuracy", fmt(summary["test_accuracy"] and 100 * summary["test_accuracy"], ".2f", "%")),
         ("test loss", fmt(summary["test_loss"], ".4f")),
         ("samples/s", f"{fmt(summary['samples_per_second'], ',.0f')} ({summary['num_workers']} workers, "

@@ -50,13 +50,15 @@ class Trainer:
         checkpointing: CheckpointConfig = CheckpointConfig(),
         resume_from: str | None = None,
         record: Mapping[str, Any] | None = None,  # the composed config, stored in checkpoints
-        loss_fn: Callable[..., torch.Tensor] = F.cross_entropy,
+        loss_fn: Callable[..., torch.Tensor] | None = None,  # default: cross_entropy, or mse_loss for regression
         started_at: float | None = None,  # time.time() the process started (for wall_seconds)
         shared_optimizer: bool = False,  # one optimizer state for all workers (hogwild.optim_state)
         schedule: ScheduleConfig = ScheduleConfig(),  # learning-rate rules (hogwild.schedule)
     ):
         self.model, self.data, self.cfg = model, data, trainer
-        self.optimizer_factory, self.loss_fn = optimizer_factory, loss_fn
+        self.regression = getattr(data, "task", "classification") == "regression"
+        self.optimizer_factory = optimizer_factory
+        self.loss_fn = loss_fn or (F.mse_loss if self.regression else F.cross_entropy)
         self.batch_size, self.ckpt_cfg, self.resume_from = batch_size, checkpointing, resume_from
         self.output_dir = os.path.abspath(output_dir)
         self.record = dict(record or {})
@@ -278,6 +280,7 @@ class Trainer:
 
     @torch.no_grad()
     def _evaluate(self, epoch: int | None = None) -> tuple[float, float]:
+        """(test loss, test accuracy), or (test MSE, test RMSE) for regression data."""
         was_training = self.model.training
         self.model.eval()
         loss_sum, correct = 0.0, 0
@@ -287,13 +290,19 @@ class Trainer:
             y = y_all[i : i + self.cfg.eval_batch_size].to(self.device)
             out = self.model(x)
             loss_sum += float(self.loss_fn(out, y, reduction="sum"))
-            correct += int((out.argmax(1) == y).sum())
+            if not self.regression:
+                correct += int((out.argmax(1) == y).sum())
         self.model.train(was_training)
-        result = (loss_sum / x_all.shape[0], correct / x_all.shape[0])
+        loss = loss_sum / x_all.shape[0]
+        result = (loss, loss**0.5 if self.regression else correct / x_all.shape[0])
         self.evals.append(result)
-        self.sinks.scalars({"eval/loss": result[0], "eval/accuracy": result[1]}, self.window.samples_seen)
+        score = "eval/rmse" if self.regression else "eval/accuracy"
+        self.sinks.scalars({"eval/loss": result[0], score: result[1]}, self.window.samples_seen)
         label = f"epoch {epoch}/{self.cfg.epochs}" if epoch else "final"
-        log.info("%s: test loss %.4f, test accuracy %.2f%%", label, result[0], 100 * result[1])
+        if self.regression:
+            log.info("%s: test loss %.4f, test RMSE %.4f", label, result[0], result[1])
+        else:
+            log.info("%s: test loss %.4f, test accuracy %.2f%%", label, result[0], 100 * result[1])
         return result
 
     def _save_checkpoint(self) -> None:
@@ -323,11 +332,11 @@ class Trainer:
     def _finish(self, initial_samples: int) -> dict[str, Any]:
         st = self.state
         total_samples = int(self.control.progress[:, Control.SAMPLES].sum()) - initial_samples
-        test_loss = test_accuracy = None
+        test_loss = test_score = None
         if st.status in ("completed", "interrupted"):
             # the eval after the last epoch already saw the final weights: no need to run it twice
             final_seen = st.status == "completed" and self.evals and st.epochs_evaluated == self.cfg.epochs
-            test_loss, test_accuracy = self.evals[-1] if final_seen else self._evaluate()
+            test_loss, test_score = self.evals[-1] if final_seen else self._evaluate()
             self._save_checkpoint()
         train_seconds = max(st.t_last - st.t_first, 0.0) if st.t_first < st.t_last else None
         summary = {
@@ -353,7 +362,9 @@ class Trainer:
             "samples_per_second": round(total_samples / train_seconds, 1) if train_seconds else None,
             "final_train_loss": self.window.final_train_loss,
             "test_loss": test_loss,
-            "test_accuracy": test_accuracy,
+            "task": "regression" if self.regression else "classification",
+            "test_accuracy": None if self.regression else test_score,
+            "test_rmse": test_score if self.regression else None,
             "worker_restarts": st.restarts,
             "staleness": staleness.summarize(self.control.staleness.numpy()),
             "optimizer_shared": self.shared_optimizer,
@@ -367,7 +378,8 @@ class Trainer:
         hparams = {k: summary[k] for k in ("num_workers", "start_method", "sharing_strategy", "device",
                                            "threads_per_worker", "batch_size", "epochs")}
         hparams["lr"] = getattr(self.optimizer_factory, "keywords", {}).get("lr", "n/a")
-        self.sinks.hparams(hparams, {k: summary[k] for k in ("test_accuracy", "test_loss", "samples_per_second")})
+        self.sinks.hparams(hparams, {k: summary[k] for k in ("test_accuracy", "test_rmse", "test_loss",
+                                                             "samples_per_second")})
         self.sinks.close()
         tmp = self.summary_path + ".tmp"
         with open(tmp, "w") as f:

@@ -93,6 +93,9 @@ def run_worker(rank: int, spec: WorkerSpec, model, data, control: Control, optim
     torch.multiprocessing.set_sharing_strategy(spec.sharing_strategy)
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed + rank)
+    # sparse gradients (nn.Embedding(sparse=True)) come from torch itself: an explicit opt-out of
+    # the per-op invariant checks, which also keeps torch from warning about them in every worker
+    torch.sparse.check_sparse_tensor_invariants.disable()
     root = logging.getLogger()
     root.handlers[:] = [_PipeLogHandler(rank, conn)]
     root.setLevel(logging.INFO)

@@ -10,6 +10,8 @@ Loaders know nothing of processes, Hydra or the trainer. Every user-facing probl
 from hogwild.data.base import DataError, DataSplits
 from hogwild.data.digits import load_digits
 from hogwild.data.mnist import load_mnist
+from hogwild.data.ratings import load_movielens, make_synthetic_ratings
 from hogwild.data.synthetic import make_synthetic
 
-__all__ = ["DataError", "DataSplits", "load_digits", "load_mnist", "make_synthetic"]
+__all__ = ["DataError", "DataSplits", "load_digits", "load_mnist", "load_movielens", "make_synthetic",
+           "make_synthetic_ratings"]

@@ -16,7 +16,10 @@ CLI can print it as-is instead of a traceback.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+TASKS = ("classification", "regression")
 
 import torch
 
@@ -29,20 +32,26 @@ class DataError(ValueError):
 class DataSplits:
     """A data set as four in-memory tensors (the trainer moves them to shared memory once)."""
 
-    train_x: torch.Tensor  # float32, shape (N, *input_shape)
-    train_y: torch.Tensor  # int64, shape (N,)
-    test_x: torch.Tensor  # float32, shape (M, *input_shape)
-    test_y: torch.Tensor  # int64, shape (M,)
-    num_classes: int
+    train_x: torch.Tensor  # float32, shape (N, *input_shape) (regression: any dtype, e.g. int64 ids)
+    train_y: torch.Tensor  # int64 class labels, shape (N,) (regression: float32 targets)
+    test_x: torch.Tensor  # like train_x, shape (M, *input_shape)
+    test_y: torch.Tensor  # like train_y, shape (M,)
+    num_classes: int  # 0 for regression
     name: str
+    task: str = "classification"  # or "regression": MSE loss, RMSE on the test split
+    model_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. num_users / num_items for model=mf
 
     def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise DataError(f"{self.name}: task={self.task!r}: must be one of {', '.join(TASKS)}")
+        regression = self.task == "regression"
         for split in ("train", "test"):
             x, y = getattr(self, f"{split}_x"), getattr(self, f"{split}_y")
-            if x.dtype != torch.float32:
+            if not regression and x.dtype != torch.float32:
                 raise DataError(f"{self.name}: {split}_x has dtype {x.dtype}: must be torch.float32")
-            if y.dtype != torch.int64:
-                raise DataError(f"{self.name}: {split}_y has dtype {y.dtype}: must be torch.int64")
+            want = torch.float32 if regression else torch.int64
+            if y.dtype != want:
+                raise DataError(f"{self.name}: {split}_y has dtype {y.dtype}: must be {want}")
             if x.dim() < 2 or y.dim() != 1:
                 raise DataError(
                     f"{self.name}: {split}_x/{split}_y have shapes {tuple(x.shape)}/{tuple(y.shape)}: "
@@ -52,7 +61,7 @@ class DataSplits:
                 raise DataError(
                     f"{self.name}: {split}_x has {len(x)} rows but {split}_y has {len(y)}: must match"
                 )
-            if len(y) and (int(y.min()) < 0 or int(y.max()) >= self.num_classes):
+            if not regression and len(y) and (int(y.min()) < 0 or int(y.max()) >= self.num_classes):
                 raise DataError(
                     f"{self.name}: {split}_y has labels in [{int(y.min())}, {int(y.max())}]: "
                     f"must lie in [0, {self.num_classes - 1}]"

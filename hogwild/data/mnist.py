@@ -22,23 +22,20 @@ Pixels are scaled to [0, 1] and standardised with the usual MNIST mean 0.1307 an
 from __future__ import annotations
 
 import gzip
-import hashlib
 import http.client
 import logging
 import math
 import os
-import tempfile
 import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from hogwild.data.base import DataError, DataSplits
+from hogwild.data.download import fetch, failure_reason
 
 log = logging.getLogger(__name__)
 
@@ -102,42 +99,6 @@ def read_idx(path: Path, magic: int) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims)
 
 
-def _fetch(url: str, dest_dir: Path, name: str, md5: str | None, timeout: float) -> Path:
-    """Download url into a .part file in dest_dir and return it; raises on any failure."""
-    # A unique temp name, so two runs downloading into the same folder do not collide;
-    # os.replace onto the final name afterwards is atomic.
-    fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f"{name}.", suffix=".part")
-    part = Path(tmp)
-    try:
-        digest = hashlib.md5()
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            size = 0
-            with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=name, leave=False) as bar:
-                while chunk := response.read(1 << 16):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    size += len(chunk)
-                    bar.update(len(chunk))
-        if total is not None and size != total:
-            raise OSError(f"connection closed after {size} of {total} bytes")
-        if md5 is not None and digest.hexdigest() != md5.lower():
-            raise OSError(f"checksum mismatch for {name}")
-        return part
-    except BaseException:
-        # Also on Ctrl-C: never leave a .part file behind.
-        part.unlink(missing_ok=True)
-        raise
-
-
-def _reason(e: Exception) -> str:
-    if isinstance(e, urllib.error.HTTPError):
-        return f"HTTP {e.code}"
-    if isinstance(e, urllib.error.URLError):
-        return str(e.reason)
-    return str(e) or type(e).__name__
-
-
 def download_mnist(
     root: str | os.PathLike,
     names: Iterable[str] = FILES,
@@ -169,12 +130,12 @@ def download_mnist(
         for mirror in mirrors:
             url = mirror.rstrip("/") + "/" + gz
             try:
-                part = _fetch(url, root, name, checksums.get(gz), timeout)
+                part = fetch(url, root, name, checksums.get(gz), timeout)
             except (OSError, http.client.HTTPException, ValueError) as e:
                 if isinstance(e, urllib.error.HTTPError):
                     e.close()  # It holds the error page's open connection.
                 # Collapse whitespace: the DataError built from these must stay on one line.
-                reason = " ".join(_reason(e).split())
+                reason = " ".join(failure_reason(e).split())
                 log.debug("could not download %s: %s", url, reason)
                 reasons.append(f"{url}: {reason}")
                 continue

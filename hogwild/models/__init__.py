@@ -4,6 +4,7 @@ Every model takes `input_shape` and `num_classes` (filled in from the data by th
 """
 
 from hogwild.models.convnet import ConvNet
+from hogwild.models.mf import MatrixFactorization
 from hogwild.models.mlp import MLP
 
-__all__ = ["MLP", "ConvNet"]
+__all__ = ["MLP", "ConvNet", "MatrixFactorization"]
