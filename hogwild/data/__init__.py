@@ -11,7 +11,8 @@ from hogwild.data.base import DataError, DataSplits
 from hogwild.data.digits import load_digits
 from hogwild.data.mnist import load_mnist
 from hogwild.data.ratings import load_movielens, make_synthetic_ratings
+from hogwild.data.sparse import load_libsvm, make_synthetic_sparse
 from hogwild.data.synthetic import make_synthetic
 
-__all__ = ["DataError", "DataSplits", "load_digits", "load_mnist", "load_movielens", "make_synthetic",
-           "make_synthetic_ratings"]
+__all__ = ["DataError", "DataSplits", "load_digits", "load_libsvm", "load_mnist", "load_movielens", "make_synthetic",
+           "make_synthetic_ratings", "make_synthetic_sparse"]

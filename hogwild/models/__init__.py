@@ -6,5 +6,6 @@ Every model takes `input_shape` and `num_classes` (filled in from the data by th
 from hogwild.models.convnet import ConvNet
 from hogwild.models.mf import MatrixFactorization
 from hogwild.models.mlp import MLP
+from hogwild.models.sparse_linear import SparseLinear
 
-__all__ = ["MLP", "ConvNet", "MatrixFactorization"]
+__all__ = ["MLP", "ConvNet", "MatrixFactorization", "SparseLinear"]
