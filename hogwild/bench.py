@@ -5,8 +5,10 @@
     python scripts/bench.py --tiny             # seconds: a smoke test (the test suite runs it)
     python scripts/bench.py --models mlp --workers 1,2 --samples 30000 --out /tmp/b.json --no-plot
 
-Each row is one training run (1 epoch, batch 64, SGD lr 0.05 momentum 0.5, synthetic
-MNIST-shaped data regenerated per run) in fresh worker processes:
+Each row is one training run (1 epoch; mlp/convnet: batch 64, SGD lr 0.05 momentum 0.5, synthetic
+MNIST-shaped data; mf: matrix factorization on synthetic ratings, batch 256, Adagrad; sparse:
+logistic regression on 100,000 sparse features, batch 64, Adagrad; data regenerated per run; the
+sparse models run in the full mode or with --models mf,sparse) in fresh worker processes:
 
     plain       ~40 lines below (`plain_worker`, `run_plain`): share the model and the data
                 tensors, start N processes, each sets its threads, builds its own SGD, trains on its
@@ -63,53 +65,75 @@ import torch.nn.functional as F
 BATCH, LR, MOMENTUM, SEED = 64, 0.05, 0.5, 0
 TEST_SAMPLES = 500  # the framework evaluates once after the epoch; keep that short
 FD, FS = "file_descriptor", "file_system"
+# The sparse models (opt-in: --models mf,sparse; in the full mode) train with Adagrad, the
+# dense ones with SGD; MF is a regression (MSE) on batches of 256 ratings.
+SPARSE = {"mf": dict(batch=256, lr=0.1), "sparse": dict(batch=64, lr=0.5)}
+MODELS = ("mlp", "convnet", *SPARSE)
+
+
 MODES = {  # samples per run (1 epoch), which (start method, strategy) pairs, best single process?
-    "tiny": dict(samples={"mlp": 1024}, plain=[("fork", FD)], framework=[("fork", FD)], single=False, max_workers=2),
-    "quick": dict(samples={"mlp": 30_000, "convnet": 6_000}, plain=[("fork", FD), ("forkserver", FD)],
+    "tiny": dict(models=["mlp"], samples={"mlp": 1024, "mf": 4096, "sparse": 2048}, plain=[("fork", FD)], framework=[("fork", FD)], single=False, max_workers=2),
+    "quick": dict(models=["mlp", "convnet"], samples={"mlp": 30_000, "convnet": 6_000, "mf": 200_000, "sparse": 100_000}, plain=[("fork", FD), ("forkserver", FD)],
                   framework=[("fork", FD), ("forkserver", FD)], single=True, max_workers=None),
-    "full": dict(samples={"mlp": 60_000, "convnet": 15_000}, plain=[("fork", FD), ("forkserver", FD)],
+    "full": dict(models=list(MODELS), samples={"mlp": 60_000, "convnet": 15_000, "mf": 400_000, "sparse": 200_000},
+                 plain=[("fork", FD), ("forkserver", FD)],
                  framework=[(m, s) for m in ("fork", "spawn", "forkserver") for s in (FD, FS)],
                  single=True, max_workers=None),
 }
 
 
+def recipe(model_name: str) -> tuple[int, functools.partial, object]:
+    """(batch size, optimizer factory, loss function) of a model, the same for plain and framework."""
+    if model_name in SPARSE:
+        s = SPARSE[model_name]
+        return s["batch"], functools.partial(torch.optim.Adagrad, lr=s["lr"]), (
+            F.mse_loss if model_name == "mf" else F.cross_entropy)
+    return BATCH, functools.partial(torch.optim.SGD, lr=LR, momentum=MOMENTUM), F.cross_entropy
+
+
 def build(model_name: str, num_samples: int):
-    from hogwild.data import make_synthetic
-    from hogwild.models import MLP, ConvNet
+    from hogwild.data import make_synthetic, make_synthetic_ratings, make_synthetic_sparse
+    from hogwild.models import MLP, ConvNet, MatrixFactorization, SparseLinear
 
     torch.manual_seed(SEED)  # the same initial weights for plain and framework
+    if model_name == "mf":
+        data = make_synthetic_ratings(num_ratings=num_samples, num_test_ratings=TEST_SAMPLES, seed=SEED)
+        return MatrixFactorization(**data.model_kwargs), data
+    if model_name == "sparse":
+        data = make_synthetic_sparse(num_samples=num_samples, num_test_samples=TEST_SAMPLES, seed=SEED)
+        return SparseLinear(**data.model_kwargs), data
     model = MLP([1, 28, 28], 10, [256]) if model_name == "mlp" else ConvNet([1, 28, 28], 10)
     return model, make_synthetic(num_samples=num_samples, num_test_samples=TEST_SAMPLES, seed=SEED)
 
 
 # ---- the plain loop: what a careful user writes by hand (no hogwild imports) ----
 
-def plain_worker(rank, num_workers, threads, strategy, model, x, y, queue):
+def plain_worker(rank, num_workers, threads, strategy, model, x, y, queue, batch, make_optimizer, loss_fn):
     torch.multiprocessing.set_sharing_strategy(strategy)
     torch.set_num_threads(threads)
     torch.manual_seed(SEED + rank)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    optimizer = make_optimizer(model.parameters())
     perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(SEED))
     mine = perm[rank * len(perm) // num_workers : (rank + 1) * len(perm) // num_workers]
     t_first = t_last = 0.0
-    for i in range(0, len(mine), BATCH):
-        idx = mine[i : i + BATCH]
+    for i in range(0, len(mine), batch):
+        idx = mine[i : i + batch]
         optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x.index_select(0, idx)), y.index_select(0, idx)).backward()
+        loss_fn(model(x.index_select(0, idx)), y.index_select(0, idx)).backward()
         optimizer.step()
         t_last = time.monotonic()
         t_first = t_first or t_last
     queue.put((rank, len(mine), t_first, t_last))
 
 
-def run_plain(model, data, start_method, strategy, num_workers, threads) -> dict:
+def run_plain(model, data, start_method, strategy, num_workers, threads, recipe) -> dict:
     torch.multiprocessing.set_sharing_strategy(strategy)
     ctx = mp.get_context(start_method)
     t0 = time.monotonic()
     model.share_memory()
     x, y = data.train_x.share_memory_(), data.train_y.share_memory_()
     queue = ctx.Queue()
-    procs = [ctx.Process(target=plain_worker, args=(r, num_workers, threads, strategy, model, x, y, queue))
+    procs = [ctx.Process(target=plain_worker, args=(r, num_workers, threads, strategy, model, x, y, queue, *recipe))
              for r in range(num_workers)]
     for p in procs:
         p.start()
@@ -132,14 +156,15 @@ def run_plain(model, data, start_method, strategy, num_workers, threads) -> dict
 
 # ---- the framework, through its Python API ----
 
-def run_framework(model, data, start_method, strategy, num_workers, threads, workdir) -> dict:
+def run_framework(model, data, start_method, strategy, num_workers, threads, workdir, recipe) -> dict:
     from hogwild import Trainer, TrainerConfig
 
     cfg = TrainerConfig(num_workers=num_workers, start_method=start_method, sharing_strategy=strategy,
                         threads_per_worker=threads, epochs=1, seed=SEED, log_every_n_steps=10)
     out = tempfile.mkdtemp(prefix="run-", dir=workdir)
-    trainer = Trainer(model, data, functools.partial(torch.optim.SGD, lr=LR, momentum=MOMENTUM), cfg,
-                      batch_size=BATCH, output_dir=out, started_at=time.time())
+    batch, make_optimizer, loss_fn = recipe
+    trainer = Trainer(model, data, make_optimizer, cfg, batch_size=batch, output_dir=out, started_at=time.time(),
+                      loss_fn=loss_fn)
     s = trainer.fit()
     shutil.rmtree(out, ignore_errors=True)
     if s["status"] != "completed":
@@ -302,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="see the module docstring of hogwild.bench")
     p.add_argument("--quick", action="store_true", help="MLP + conv net, fork/forkserver, small runs (~1-2 min)")
     p.add_argument("--tiny", action="store_true", help="a smoke test: MLP, fork, a thousand samples (seconds)")
-    p.add_argument("--models", help="comma list of mlp,convnet (default: the mode's)")
+    p.add_argument("--models", help="comma list of mlp,convnet,mf,sparse (default: the mode's)")
     p.add_argument("--workers", type=worker_counts, help="comma list, e.g. 1,2,4 (default: 1..cores)")
     p.add_argument("--samples", type=int, help="training samples per run, for every model")
     p.add_argument("--out", default="bench.json", help="where to write the JSON (the PNG goes next to it)")
@@ -320,9 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     mode_name = "tiny" if args.tiny else "quick" if args.quick else "full"
     mode = MODES[mode_name]
     cores = len(os.sched_getaffinity(0))
-    models = args.models.split(",") if args.models else list(mode["samples"])
-    if unknown := set(models) - {"mlp", "convnet"}:
-        p.error(f"--models: unknown {sorted(unknown)}; choose from mlp, convnet")
+    models = args.models.split(",") if args.models else mode["models"]
+    if unknown := set(models) - set(MODELS):
+        p.error(f"--models: unknown {sorted(unknown)}; choose from {', '.join(MODELS)}")
     workers = args.workers or list(range(1, min(cores, mode["max_workers"] or cores) + 1))
     runs = plan(mode, models, workers, cores)
     info = machine_info(cores, mode_name)
@@ -344,9 +369,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 with PeakPSS() as pss:
                     if impl == "plain":
-                        result = run_plain(model, data, start, strategy, n, threads)
+                        result = run_plain(model, data, start, strategy, n, threads, recipe(model_name))
                     else:
-                        result = run_framework(model, data, start, strategy, n, threads, workdir)
+                        result = run_framework(model, data, start, strategy, n, threads, workdir, recipe(model_name))
                 row.update({k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()})
                 row["pss_mb"] = round(pss.peak / 2**20, 1)
             except Exception as e:  # noqa: BLE001 - one broken combination must not hide the rest

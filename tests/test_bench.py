@@ -109,3 +109,14 @@ def test_classic_compare_times_both_sides_of_the_same_work(tmp_path):
     # the published, uncapped variant either finishes or is reported as hung (None), never 0
     assert report["classic_wall_seconds"] is None or report["classic_wall_seconds"] > 0
     assert "classic, 1 thread" in result.stdout
+
+
+def test_tiny_benchmark_covers_the_sparse_models(tmp_path):
+    out = tmp_path / "bench.json"
+    result = run_script([str(REPO / "scripts" / "bench.py"), "--tiny", "--models", "mf,sparse", "--no-plot",
+                         "--out", str(out)], cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["model"], r["impl"]) for r in rows} == {(m, i) for m in ("mf", "sparse") for i in ("plain", "framework")}
+    for row in rows:
+        assert "error" not in row and row["samples_per_second"] > 0, row
