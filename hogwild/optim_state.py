@@ -26,10 +26,19 @@ def build(factory: Callable[..., torch.optim.Optimizer], params: list[torch.Tens
     on clones (so weight decay cannot move the real weights), then every state tensor zeroed."""
     clones = [torch.nn.Parameter(p.detach().clone()) for p in params]
     optimizer = factory(clones)
-    for c in clones:
-        c.grad = torch.zeros_like(c)
-    optimizer.step()
     name = type(optimizer).__name__
+    try:
+        for c in clones:
+            c.grad = torch.zeros_like(c)
+        optimizer.step()
+    except RuntimeError:  # an optimizer for sparse gradients only (SparseAdam): give it sparse zeros
+        for c in clones:
+            c.grad = torch.zeros_like(c).to_sparse()
+        try:
+            optimizer.step()
+        except RuntimeError as e:
+            raise ConfigError(f"optimizer.shared=true: {name} could not build its state ({e}); "
+                              "use optimizer.shared=false") from None
     states = []
     for c in clones:
         state = optimizer.state.get(c, {})

@@ -88,3 +88,11 @@ def test_per_worker_state_is_the_default(tmp_path):
     assert result.returncode == 0, result.stderr
     s = read_summary(run_dir)
     assert s["optimizer_shared"] is False and s["optimizer_state_steps"] is None
+
+
+def test_an_optimizer_for_sparse_gradients_is_built_and_judged_like_the_others():
+    """SparseAdam refuses dense gradients, so it gets sparse zeros; its step is a plain int,
+    which cannot be shared: a clear refusal, not a traceback."""
+    table = torch.nn.Embedding(10, 3, sparse=True)
+    with pytest.raises(ConfigError, match="SparseAdam keeps step as plain Python values"):
+        optim_state.build(functools.partial(torch.optim.SparseAdam, lr=0.01), list(table.parameters()))
