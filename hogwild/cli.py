@@ -100,11 +100,21 @@ def run_job(cfg, started_at: float | None = None) -> int:
     # Before any torch work in this process: an OpenMP pool used here and then inherited
     # through fork hangs any child that asks for more than one thread.
     torch.set_num_threads(1)
+    node = None
     try:
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
         run = build_run_config(raw, HydraConfig.get().runtime.output_dir)
+        if run.distributed.mode == "torchrun":
+            from hogwild.distributed import NodeSync
+
+            if run.resume_from:
+                raise HogwildError("resume_from with distributed=torchrun is not supported yet: "
+                                   "each node's progress is not in the checkpoint")
+            node = NodeSync(run.distributed, torch.device(run.trainer.device))
         prestart(run.trainer.start_method)  # the fork server boots while the data loads (seconds)
         data = builders.build_data(run.data)
+        if node:
+            data = node.shard(data)
         model = builders.build_model(run.model, data.input_shape, data.num_classes, data.model_kwargs)
         trainer = Trainer(
             model=model,
@@ -117,6 +127,7 @@ def run_job(cfg, started_at: float | None = None) -> int:
             resume_from=run.resume_from,
             shared_optimizer=run.shared_optimizer,
             schedule=run.schedule,
+            node=node,
             record=raw,
             started_at=started_at,
         )
@@ -125,6 +136,13 @@ def run_job(cfg, started_at: float | None = None) -> int:
     except HogwildError as e:
         print(f"hogwild: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if node:
+            node.close()
+    if node and not node.is_writer:
+        print(f"node {node.rank}: {summary['status']}, {summary['total_samples']:,} samples "
+              f"({summary['samples_per_second'] or 0:,.0f}/s); rank 0 writes the run's files")
+        return summary["exit_code"]
     _report(summary, run.output_dir)
     return summary["exit_code"]
 

@@ -96,6 +96,22 @@ class ScheduleConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    """The `distributed` group: Hogwild inside each node, model averaging between nodes."""
+
+    mode: str = "none"
+    """none | torchrun (one orchestrator per node, launched by torchrun)"""
+    backend: str = "auto"
+    """auto (gloo on the CPU, nccl on CUDA) | gloo | nccl"""
+    sync_every_n_steps: int = 50
+    """average the nodes' models every N local optimizer steps (0 = off)"""
+    sync_every_seconds: float = 0.0
+    """and/or every N seconds (0 = off)"""
+    timeout_seconds: float = 60.0
+    """a sync round that gets no answer from a node within this ends the run on every node"""
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     trainer: TrainerConfig
     checkpoint: CheckpointConfig
@@ -107,6 +123,7 @@ class RunConfig:
     resume_from: str | None = None
     shared_optimizer: bool = False  # optimizer.shared: one optimizer state for all workers
     schedule: ScheduleConfig = ScheduleConfig()
+    distributed: DistributedConfig = DistributedConfig()
     raw: dict[str, Any] = dataclasses.field(default_factory=dict)  # composed config, for records
 
 
@@ -235,6 +252,22 @@ def build_schedule_config(values: Mapping[str, Any]) -> ScheduleConfig:
     )
 
 
+def build_distributed_config(values: Mapping[str, Any]) -> DistributedConfig:
+    _check_keys("distributed", values, DistributedConfig)
+    v = {**dataclasses.asdict(DistributedConfig()), **values}
+    cfg = DistributedConfig(
+        mode=_choice("distributed.mode", v["mode"], ("none", "torchrun")),
+        backend=_choice("distributed.backend", v["backend"], ("auto", "gloo", "nccl")),
+        sync_every_n_steps=_int("distributed.sync_every_n_steps", v["sync_every_n_steps"], 0),
+        sync_every_seconds=_number("distributed.sync_every_seconds", v["sync_every_seconds"], 0.0),
+        timeout_seconds=_number("distributed.timeout_seconds", v["timeout_seconds"], 1.0),
+    )
+    if cfg.mode == "torchrun" and not (cfg.sync_every_n_steps or cfg.sync_every_seconds):
+        raise ConfigError("distributed.sync_every_n_steps=0 and distributed.sync_every_seconds=0: "
+                          "the nodes would never average their models; set one of them above 0")
+    return cfg
+
+
 def _target_section(name: str, values: Any) -> dict[str, Any]:
     if not isinstance(values, Mapping) or "_target_" not in values:
         raise ConfigError(f"{name} must be a config group with a _target_ (got {values!r})")
@@ -254,7 +287,7 @@ def build_run_config(raw: Mapping[str, Any], output_dir: str) -> RunConfig:
     resume_from = raw.get("resume_from")
     if resume_from is not None and not isinstance(resume_from, str):
         raise _fail("resume_from", resume_from, "expected a path to a checkpoint or null")
-    known = {"trainer", "data", "model", "optimizer", "checkpoint", "schedule", "resume_from"}
+    known = {"trainer", "data", "model", "optimizer", "checkpoint", "schedule", "distributed", "resume_from"}
     for key, value in raw.items():
         if key not in known and not key.startswith("hydra"):
             raise ConfigError(f"{key}={value!r}: {key!r} is not a known config key; allowed: {', '.join(sorted(known))}")
@@ -269,5 +302,6 @@ def build_run_config(raw: Mapping[str, Any], output_dir: str) -> RunConfig:
         resume_from=resume_from,
         shared_optimizer=shared_optimizer,
         schedule=build_schedule_config(raw.get("schedule") or {}),
+        distributed=build_distributed_config(raw.get("distributed") or {}),
         raw=dict(raw),
     )

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from hogwild import checkpoint, optim_state, sharing, staleness
 from hogwild import device as device_rules
 from hogwild.config import CheckpointConfig, ConfigError, HogwildError, ScheduleConfig, TrainerConfig
-from hogwild.metrics import ProgressBar, ProgressWindow, Sinks, TensorBoardSink
+from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks, TensorBoardSink
 from hogwild.protocol import (
     Control, Done, EpochEnd, Failure, Hello, Log, Progress, TrainData, WorkerSpec, describe_exit,
 )
@@ -54,6 +54,7 @@ class Trainer:
         started_at: float | None = None,  # time.time() the process started (for wall_seconds)
         shared_optimizer: bool = False,  # one optimizer state for all workers (hogwild.optim_state)
         schedule: ScheduleConfig = ScheduleConfig(),  # learning-rate rules (hogwild.schedule)
+        node=None,  # hogwild.distributed.NodeSync under torchrun: model averaging between nodes
     ):
         self.model, self.data, self.cfg = model, data, trainer
         self.regression = getattr(data, "task", "classification") == "regression"
@@ -64,6 +65,8 @@ class Trainer:
         self.record = dict(record or {})
         self.started_at = started_at or time.time()
         self.shared_optimizer, self.schedule = shared_optimizer, schedule
+        self.node = node
+        self.writer = node is None or node.is_writer  # only global rank 0 writes files
         self.optimizer_state: optim_state.State = []
         self.device = device_rules.resolve(trainer.device)
         self.ckpt_path = os.path.join(self.output_dir, "checkpoints", "last.pt")
@@ -90,7 +93,7 @@ class Trainer:
 
     def _preflight(self) -> torch.Tensor | None:
         """Refuse a doomed run with one clear line; return the progress table to resume from."""
-        if os.path.exists(self.summary_path) and not self.resume_from:
+        if self.writer and os.path.exists(self.summary_path) and not self.resume_from:
             raise HogwildError(
                 f"{self.output_dir} already holds a finished run (summary.json); "
                 "choose another folder (hydra.run.dir=...) or continue it with resume_from=<checkpoint>"
@@ -170,10 +173,15 @@ class Trainer:
         prestart(self.cfg.start_method)  # the fork server boots while we finish setting up
         self._check_optimizer()
         data, control = self._share(progress)
-        os.makedirs(self.output_dir, exist_ok=True)
+        if self.node:
+            self.node.broadcast(list(self.model.parameters()))
         initial_samples = int(control.progress[:, Control.SAMPLES].sum())
         total = self.cfg.epochs * self.data.num_train
-        self.sinks = Sinks(TensorBoardSink(os.path.join(self.output_dir, "tensorboard")), ProgressBar(total, initial_samples))
+        if self.writer:
+            os.makedirs(self.output_dir, exist_ok=True)
+            self.sinks = Sinks(TensorBoardSink(os.path.join(self.output_dir, "tensorboard")), ProgressBar(total, initial_samples))
+        else:  # other nodes log to their console only
+            self.sinks = NullSink()
         self.window = ProgressWindow()
         self.window.samples_seen = initial_samples
         self.control = control
@@ -193,6 +201,10 @@ class Trainer:
             for rank in range(self.cfg.num_workers):
                 self.supervisor.start(rank)
             self._watch()
+            if self.node and self.state.status == "completed":
+                # keep joining rounds until every node is done; the last one leaves all alike
+                while self.state.status == "completed" and not self._sync(finished=True):
+                    pass
         except BaseException as e:
             if self.state.status == "running":
                 self.state.fail(-1, f"orchestrator error: {type(e).__name__}: {e}")
@@ -223,9 +235,37 @@ class Trainer:
             ):
                 self._save_checkpoint()
                 ckpt_at, steps_at_ckpt = time.monotonic(), steps
+            if self.node and st.status == "running" and self.node.due(steps):
+                self._sync(finished=False)
         self._flush()
         if st.status == "running":
             st.status = "completed"
+
+    def _sync(self, finished: bool) -> bool:
+        """One model-averaging round with the other nodes; True when every node has finished."""
+        from hogwild.distributed import NodeSyncError
+
+        steps = int(self.control.progress[:, Control.STEPS].sum())
+        before = (self.node.seconds, self.node.bytes)
+        try:
+            done = self.node.round(list(self.model.parameters()), finished, steps)
+        except NodeSyncError as e:
+            self.state.fail(-1, str(e))
+            log.error("%s; stopping the workers", e)
+            return True
+        self.sinks.scalars({"distributed/sync_seconds": self.node.seconds - before[0],
+                            "distributed/sync_bytes": self.node.bytes - before[1]}, self.window.samples_seen)
+        return done
+
+    def _node_figures(self, summary: dict[str, Any]) -> dict[str, Any]:
+        n = self.node
+        mine = {"rank": n.rank, "status": summary["status"], "total_samples": summary["total_samples"],
+                "samples_per_second": summary["samples_per_second"],
+                "param_checksum": float(sum(p.detach().double().sum() for p in self.model.parameters()))}
+        # a collective: only when every node got through its final rounds (else it would wait)
+        per_node = n.gather(mine) if summary["status"] == "completed" else [mine]
+        return {"world_size": n.world, "rank": n.rank, "sync_rounds": n.rounds, "sync_seconds": round(n.seconds, 4),
+                "sync_bytes": n.bytes, "sync_every_n_steps": n.cfg.sync_every_n_steps, "per_node": per_node}
 
     def _flush(self) -> None:
         """Progress since the last write, plus the staleness histograms as they stand."""
@@ -244,7 +284,8 @@ class Trainer:
             if min(st.epochs_done) > st.epochs_evaluated and st.status == "running":
                 st.epochs_evaluated = min(st.epochs_done)
                 self._flush()
-                self._evaluate(epoch=st.epochs_evaluated)
+                if self.writer:  # other nodes record nothing: their cores go to their workers
+                    self._evaluate(epoch=st.epochs_evaluated)
         elif isinstance(event, Hello):
             st.hello[event.rank] = event
         elif isinstance(event, Log):
@@ -306,6 +347,8 @@ class Trainer:
         return result
 
     def _save_checkpoint(self) -> None:
+        if not self.writer:
+            return
         run = {**self._run_facts(), "samples_seen": int(self.control.progress[:, Control.SAMPLES].sum())}
         checkpoint.save(self.ckpt_path, self.model, self.control.progress, run, self.record)
 
@@ -333,9 +376,10 @@ class Trainer:
         st = self.state
         total_samples = int(self.control.progress[:, Control.SAMPLES].sum()) - initial_samples
         test_loss = test_score = None
-        if st.status in ("completed", "interrupted"):
+        if st.status in ("completed", "interrupted") and self.writer:
             # the eval after the last epoch already saw the final weights: no need to run it twice
-            final_seen = st.status == "completed" and self.evals and st.epochs_evaluated == self.cfg.epochs
+            final_seen = (st.status == "completed" and self.evals and st.epochs_evaluated == self.cfg.epochs
+                          and not self.node)  # averaging changed the weights after the last epoch
             test_loss, test_score = self.evals[-1] if final_seen else self._evaluate()
             self._save_checkpoint()
         train_seconds = max(st.t_last - st.t_first, 0.0) if st.t_first < st.t_last else None
@@ -375,6 +419,10 @@ class Trainer:
         }
         if st.error:
             summary["error"] = st.error
+        if self.node:
+            summary["distributed"] = self._node_figures(summary)
+        if not self.writer:
+            return summary
         hparams = {k: summary[k] for k in ("num_workers", "start_method", "sharing_strategy", "device",
                                            "threads_per_worker", "batch_size", "epochs")}
         hparams["lr"] = getattr(self.optimizer_factory, "keywords", {}).get("lr", "n/a")
