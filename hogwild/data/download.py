@@ -8,13 +8,18 @@ final name, which is atomic. On any failure, Ctrl-C included, the `.part` file i
 from __future__ import annotations
 
 import hashlib
+import http.client
+import logging
 import os
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from tqdm import tqdm
+
+log = logging.getLogger("hogwild.data")
 
 
 def fetch(url: str, dest_dir: Path, name: str, md5: str | None, timeout: float) -> Path:
@@ -51,3 +56,26 @@ def failure_reason(e: Exception) -> str:
     if isinstance(e, urllib.error.URLError):
         return str(e.reason)
     return str(e) or type(e).__name__
+
+
+def from_mirrors(file_name: str, dest_dir: Path, mirrors: Sequence[str], md5: str | None, timeout: float,
+                 label: str | None = None) -> list[str]:
+    """Fetch `file_name` from the first mirror that delivers it into dest_dir/file_name.
+    Returns [] on success, else one one-line reason per mirror tried."""
+    reasons = []
+    for mirror in mirrors:
+        url = mirror.rstrip("/") + "/" + file_name
+        try:
+            part = fetch(url, dest_dir, label or file_name, md5, timeout)
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            if isinstance(e, urllib.error.HTTPError):
+                e.close()  # It holds the error page's open connection.
+            # Collapse whitespace: the DataError built from these must stay on one line.
+            reason = " ".join(failure_reason(e).split())
+            log.debug("could not download %s: %s", url, reason)
+            reasons.append(f"{url}: {reason}")
+            continue
+        os.replace(part, dest_dir / file_name)
+        log.info("downloaded %s from %s", dest_dir / file_name, mirror)
+        return []
+    return reasons or ["data.mirrors is empty"]

@@ -22,11 +22,9 @@ Pixels are scaled to [0, 1] and standardised with the usual MNIST mean 0.1307 an
 from __future__ import annotations
 
 import gzip
-import http.client
 import logging
 import math
 import os
-import urllib.error
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -35,7 +33,7 @@ import numpy as np
 import torch
 
 from hogwild.data.base import DataError, DataSplits
-from hogwild.data.download import fetch, failure_reason
+from hogwild.data.download import from_mirrors
 
 log = logging.getLogger(__name__)
 
@@ -125,24 +123,8 @@ def download_mnist(
 
     missing: list[str] = []
     for i, name in enumerate(names):
-        gz = f"{name}.gz"
-        reasons = []
-        for mirror in mirrors:
-            url = mirror.rstrip("/") + "/" + gz
-            try:
-                part = fetch(url, root, name, checksums.get(gz), timeout)
-            except (OSError, http.client.HTTPException, ValueError) as e:
-                if isinstance(e, urllib.error.HTTPError):
-                    e.close()  # It holds the error page's open connection.
-                # Collapse whitespace: the DataError built from these must stay on one line.
-                reason = " ".join(failure_reason(e).split())
-                log.debug("could not download %s: %s", url, reason)
-                reasons.append(f"{url}: {reason}")
-                continue
-            os.replace(part, root / gz)
-            log.info("downloaded %s from %s", root / gz, mirror)
-            break
-        else:
+        reasons = from_mirrors(f"{name}.gz", root, mirrors, checksums.get(f"{name}.gz"), timeout, label=name)
+        if reasons:
             # Stop at the first file no mirror could deliver: offline, the others would only
             # add more timeouts before the same error.
             missing = names[i:]

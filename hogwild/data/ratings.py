@@ -10,9 +10,7 @@ rating, and `model_kwargs` carries num_users / num_items for `model=mf`.
 
 from __future__ import annotations
 
-import logging
 import os
-import urllib.error
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,9 +19,7 @@ import numpy as np
 import torch
 
 from hogwild.data.base import DataError, DataSplits
-from hogwild.data.download import failure_reason, fetch
-
-log = logging.getLogger(__name__)
+from hogwild.data.download import from_mirrors
 
 MOVIELENS_ZIP = "ml-100k.zip"
 MOVIELENS_MD5 = "0e33842e24a9c977be4e0107933c0723"  # the archive GroupLens publishes
@@ -68,23 +64,11 @@ def make_synthetic_ratings(
 
 
 def download_movielens(root: Path, mirrors: Sequence[str], timeout: float, md5: str | None) -> None:
-    reasons = []
-    for mirror in mirrors:
-        url = mirror.rstrip("/") + "/" + MOVIELENS_ZIP
-        try:
-            part = fetch(url, root, MOVIELENS_ZIP, md5, timeout)
-        except (OSError, ValueError) as e:
-            if isinstance(e, urllib.error.HTTPError):
-                e.close()
-            reasons.append(f"{url}: {' '.join(failure_reason(e).split())}")
-            continue
-        os.replace(part, root / MOVIELENS_ZIP)
-        log.info("downloaded %s from %s", root / MOVIELENS_ZIP, mirror)
-        return
-    raise DataError(
-        f"MovieLens 100K is missing from {root} and download failed ({'; '.join(reasons) or 'data.mirrors is empty'}): "
-        f"put {MOVIELENS_ZIP} (or its {RATINGS_FILE}) there, or check the network / data.mirrors"
-    )
+    if reasons := from_mirrors(MOVIELENS_ZIP, root, mirrors, md5, timeout):
+        raise DataError(
+            f"MovieLens 100K is missing from {root} and download failed ({'; '.join(reasons)}): "
+            f"put {MOVIELENS_ZIP} (or its {RATINGS_FILE}) there, or check the network / data.mirrors"
+        )
 
 
 def _read_u_data(text: str, source: str) -> np.ndarray:
