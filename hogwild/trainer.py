@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from hogwild import checkpoint, optim_state, sharing, staleness
 from hogwild import device as device_rules
 from hogwild.config import CheckpointConfig, ConfigError, HogwildError, ScheduleConfig, TrainerConfig
+from hogwild.distributed import NodeSyncError
 from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks, TensorBoardSink
 from hogwild.protocol import (
     Control, Done, EpochEnd, Failure, Hello, Log, Progress, TrainData, WorkerSpec, describe_exit,
@@ -121,9 +122,13 @@ class Trainer:
         if in_shm:
             sharing.check_shm_space(sharing.storage_bytes(in_shm))
         self.num_shared = len(tensors) + Control.NUM_TENSORS  # what each worker receives
-        sharing.ensure_fd_budget(self.num_shared, self.cfg.sharing_strategy)
-        sharing.check_fd_passing(self.num_shared, self.cfg.start_method, self.cfg.sharing_strategy)
+        self._check_fds(self.num_shared)
         return progress
+
+    def _check_fds(self, num_tensors: int) -> None:
+        """Every shared tensor a worker receives may cost an fd (file_descriptor strategy)."""
+        sharing.ensure_fd_budget(num_tensors, self.cfg.sharing_strategy)
+        sharing.check_fd_passing(num_tensors, self.cfg.start_method, self.cfg.sharing_strategy)
 
     def _check_optimizer(self) -> None:
         """Fail here, not in every worker. Also imports what optimizers import lazily (~1.2 s
@@ -146,9 +151,7 @@ class Trainer:
         sharing.share_tensors(data)
         if self.shared_optimizer:  # built on the device, in the layout, the workers' parameters have
             self.optimizer_state = optim_state.share(optim_state.build(self.optimizer_factory, list(self.model.parameters())))
-            count = self.num_shared + len(optim_state.tensors(self.optimizer_state))
-            sharing.ensure_fd_budget(count, self.cfg.sharing_strategy)
-            sharing.check_fd_passing(count, self.cfg.start_method, self.cfg.sharing_strategy)
+            self._check_fds(self.num_shared + len(optim_state.tensors(self.optimizer_state)))
         control = Control(self.cfg.num_workers)
         if progress is not None:
             control.progress.copy_(progress)
@@ -243,8 +246,6 @@ class Trainer:
 
     def _sync(self, finished: bool) -> bool:
         """One model-averaging round with the other nodes; True when every node has finished."""
-        from hogwild.distributed import NodeSyncError
-
         steps = int(self.control.progress[:, Control.STEPS].sum())
         before = (self.node.seconds, self.node.bytes)
         try:
