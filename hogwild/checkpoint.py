@@ -1,9 +1,9 @@
 """Checkpoints: data, not code. Written atomically, loaded with `weights_only=True`.
 
 A checkpoint holds the model's state dict, the per-rank progress table (epoch, batch, samples,
-steps), the fields a resumed run must agree on, and the composed config — tensors and plain
-Python types only, so `torch.load(weights_only=True)` accepts it and a hostile file cannot run
-code. A save goes to a temp file in the same folder, is fsynced, then `os.replace`d over the
+steps; under torchrun every node's workers, rank-major), the fields a resumed run must agree on,
+and the composed config — tensors and plain Python types only, so `torch.load(weights_only=True)`
+accepts it and a hostile file cannot run code. A save goes to a temp file in the same folder, is fsynced, then `os.replace`d over the
 old one: a kill at any moment leaves either the old or the new checkpoint, never half of one.
 """
 
@@ -22,7 +22,8 @@ from hogwild.config import HogwildError
 
 FORMAT = 1
 # What a resumed run must share with the run it continues, or the shards would not line up.
-MUST_MATCH = ("num_workers", "batch_size", "num_train", "seed", "epochs")
+MUST_MATCH = ("num_workers", "batch_size", "num_train", "seed", "epochs", "world_size")
+DEFAULTS = {"world_size": 1}  # checkpoints written before torchrun runs could be resumed
 
 
 class CheckpointError(HogwildError):
@@ -93,9 +94,9 @@ def _reason(e: BaseException) -> str:
 def check_compatible(path: str, state: Mapping[str, Any], run: Mapping[str, Any], model: torch.nn.Module) -> None:
     saved = state["run"]
     for key in MUST_MATCH:
-        if saved.get(key) != run.get(key):
+        if saved.get(key, DEFAULTS.get(key)) != run.get(key, DEFAULTS.get(key)):
             raise CheckpointError(
-                f"resume_from={path!r} was written with {key}={saved.get(key)!r} but this run has "
+                f"resume_from={path!r} was written with {key}={saved.get(key, DEFAULTS.get(key))!r} but this run has "
                 f"{key}={run.get(key)!r}; resume with the same value"
             )
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -103,7 +104,8 @@ def check_compatible(path: str, state: Mapping[str, Any], run: Mapping[str, Any]
     if expected != found:
         diff = sorted(set(expected.items()) ^ set(found.items()))[:3]
         raise CheckpointError(f"resume_from={path!r} does not match this model (first differences: {diff})")
-    if tuple(state["progress"].shape) != (run["num_workers"], 4):
+    rows = run["num_workers"] * run.get("world_size", 1)  # every node's workers, rank-major
+    if tuple(state["progress"].shape) != (rows, 4):
         raise CheckpointError(f"resume_from={path!r} is damaged: its progress table has the wrong shape")
 
 

@@ -107,9 +107,6 @@ def run_job(cfg, started_at: float | None = None) -> int:
         if run.distributed.mode == "torchrun":
             from hogwild.distributed import NodeSync
 
-            if run.resume_from:
-                raise HogwildError("resume_from with distributed=torchrun is not supported yet: "
-                                   "each node's progress is not in the checkpoint")
             node = NodeSync(run.distributed, torch.device(run.trainer.device))
         prestart(run.trainer.start_method)  # the fork server boots while the data loads (seconds)
         data = builders.build_data(run.data)
@@ -151,7 +148,8 @@ def _report(summary: dict, output_dir: str) -> None:
     """The few lines a user reads at the end of a run: results and where everything is."""
     status, error = summary["status"], summary.get("error") or {}
     if status == "failed":
-        print(f"hogwild: run failed: worker {error.get('rank')}: {error.get('reason')}", file=sys.stderr)
+        who = "" if error.get("rank", -1) < 0 else f"worker {error['rank']}: "  # -1: the orchestrator itself
+        print(f"hogwild: run failed: {who}{error.get('reason')}", file=sys.stderr)
     rel = os.path.relpath(output_dir)
     rel = output_dir if rel.startswith("..") else rel
 

@@ -286,7 +286,7 @@ def build_run_config(raw: Mapping[str, Any], output_dir: str) -> RunConfig:
     shared_optimizer = _bool("optimizer.shared", optimizer.pop("shared", False))
     resume_from = raw.get("resume_from")
     if resume_from is not None and not isinstance(resume_from, str):
-        raise _fail("resume_from", resume_from, "expected a path to a checkpoint or null")
+        raise _fail("resume_from", resume_from, "expected a path to a checkpoint, auto (this run folder's last checkpoint, if any) or null")
     known = {"trainer", "data", "model", "optimizer", "checkpoint", "schedule", "distributed", "resume_from"}
     for key, value in raw.items():
         if key not in known and not key.startswith("hydra"):

@@ -49,7 +49,7 @@ class Trainer:
         batch_size: int,
         output_dir: str,
         checkpointing: CheckpointConfig = CheckpointConfig(),
-        resume_from: str | None = None,
+        resume_from: str | None = None,  # a checkpoint, or "auto": this run's own last one if there is one
         record: Mapping[str, Any] | None = None,  # the composed config, stored in checkpoints
         loss_fn: Callable[..., torch.Tensor] | None = None,  # default: cross_entropy, or mse_loss for regression
         started_at: float | None = None,  # time.time() the process started (for wall_seconds)
@@ -68,6 +68,8 @@ class Trainer:
         self.shared_optimizer, self.schedule = shared_optimizer, schedule
         self.node = node
         self.writer = node is None or node.is_writer  # only global rank 0 writes files
+        self.ckpt_wanted = False  # under torchrun: rank 0 asks for the next round's progress table
+        self.final_table: torch.Tensor | None = None  # every node's progress, from the last round
         self.optimizer_state: optim_state.State = []
         self.device = device_rules.resolve(trainer.device)
         self.ckpt_path = os.path.join(self.output_dir, "checkpoints", "last.pt")
@@ -84,21 +86,35 @@ class Trainer:
     # ---- set-up: everything that can refuse the run happens before anything is written ----
 
     def _run_facts(self) -> dict[str, Any]:
+        """What a resumed run (and, under torchrun, every node) must agree on."""
         return {
             "num_workers": self.cfg.num_workers,
             "batch_size": self.batch_size,
-            "num_train": self.data.num_train,
+            "num_train": (self.node.num_train_total or self.data.num_train) if self.node else self.data.num_train,
             "seed": self.cfg.seed,
             "epochs": self.cfg.epochs,
+            "world_size": self.node.world if self.node else 1,
         }
 
+    def _resume_path(self) -> str | None:
+        """`resume_from` as given; "auto" is this run folder's last checkpoint, if there is one
+        (how a run restarted by torchrun or a batch scheduler picks up where it stopped)."""
+        if self.resume_from != "auto":
+            return self.resume_from
+        return self.ckpt_path if os.path.isfile(self.ckpt_path) else None
+
     def _preflight(self) -> torch.Tensor | None:
-        """Refuse a doomed run with one clear line; return the progress table to resume from."""
-        if self.writer and os.path.exists(self.summary_path) and not self.resume_from:
-            raise HogwildError(
-                f"{self.output_dir} already holds a finished run (summary.json); "
-                "choose another folder (hydra.run.dir=...) or continue it with resume_from=<checkpoint>"
-            )
+        """Refuse a doomed run with one clear line; return the progress table to resume from
+        (under torchrun: every node's, as only rank 0 reads the checkpoint)."""
+        if self.writer and os.path.exists(self.summary_path):
+            if not self.resume_from:
+                raise HogwildError(
+                    f"{self.output_dir} already holds a finished run (summary.json); "
+                    "choose another folder (hydra.run.dir=...) or continue it with resume_from=<checkpoint>"
+                )
+            if self.resume_from == "auto" and _summary_status(self.summary_path) == "completed":
+                raise HogwildError(f"resume_from=auto: {self.output_dir} already holds a completed run "
+                                   "(summary.json); auto continues only a run that did not complete")
         if self.cfg.start_method == "fork" and self.cfg.threads_per_worker > 1 and torch.get_num_threads() > 1:
             # OpenMP after fork: a child of a process whose thread pool has run (share_memory()
             # alone starts it) hangs forever in its first multi-threaded op. The CLI caps this
@@ -112,6 +128,7 @@ class Trainer:
         train_bytes = sharing.storage_bytes([self.data.train_x, self.data.train_y])
         self.data_on_device = device_rules.data_goes_to_device(train_bytes, self.device, self.cfg.data_on_device)
         progress = None
+        self.resume_from = self._resume_path() if self.writer else None  # other nodes hear rank 0's
         if self.resume_from:
             state = checkpoint.load(self.resume_from)
             checkpoint.check_compatible(self.resume_from, state, self._run_facts(), self.model)
@@ -124,6 +141,16 @@ class Trainer:
         self.num_shared = len(tensors) + Control.NUM_TENSORS  # what each worker receives
         self._check_fds(self.num_shared)
         return progress
+
+    def _agree(self, progress: torch.Tensor | None) -> torch.Tensor | None:
+        """Under torchrun: one start-up collective (see NodeSync.agree); every node takes its
+        rows of rank 0's resume table. Rank 0's weights reach the others with the broadcast."""
+        facts = {**self._run_facts(), "model": type(self.model).__name__,
+                 "parameters": sum(p.numel() for p in self.model.parameters())}
+        plan = {"resume_from": self.resume_from, "progress": None if progress is None else progress.tolist()}
+        plan = self.node.agree(facts, plan=plan)
+        self.resume_from = plan["resume_from"]
+        return None if plan["progress"] is None else self.node.rows(torch.tensor(plan["progress"], dtype=torch.int64))
 
     def _check_fds(self, num_tensors: int) -> None:
         """Every shared tensor a worker receives may cost an fd (file_descriptor strategy)."""
@@ -172,12 +199,19 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train to the end (or to a failure or interrupt); returns the summary it wrote."""
         self.t_fit = time.monotonic()
-        progress = self._preflight()
+        try:
+            progress = self._preflight()
+        except HogwildError as e:
+            if self.node:  # tell the other nodes why, so they stop now instead of at a timeout
+                self.node.agree(self._run_facts(), error=str(e))
+            raise
+        if self.node:
+            progress = self._agree(progress)
         prestart(self.cfg.start_method)  # the fork server boots while we finish setting up
         self._check_optimizer()
         data, control = self._share(progress)
         if self.node:
-            self.node.broadcast(list(self.model.parameters()))
+            self.node.broadcast([*self.model.parameters(), *self.model.buffers()])
         initial_samples = int(control.progress[:, Control.SAMPLES].sum())
         total = self.cfg.epochs * self.data.num_train
         if self.writer:
@@ -236,7 +270,10 @@ class Trainer:
             if st.status == "running" and (
                 (every_n and steps - steps_at_ckpt >= every_n) or (every_s and time.monotonic() - ckpt_at >= every_s)
             ):
-                self._save_checkpoint()
+                if self.node:  # taken at the next round, where the nodes' models are one
+                    self.ckpt_wanted = self.writer
+                else:
+                    self._save_checkpoint()
                 ckpt_at, steps_at_ckpt = time.monotonic(), steps
             if self.node and st.status == "running" and self.node.due(steps):
                 self._sync(finished=False)
@@ -249,13 +286,20 @@ class Trainer:
         steps = int(self.control.progress[:, Control.STEPS].sum())
         before = (self.node.seconds, self.node.bytes)
         try:
-            done = self.node.round(list(self.model.parameters()), finished, steps)
+            done, table = self.node.round(list(self.model.parameters()), finished, steps,
+                                          self.control.progress, checkpoint=self.ckpt_wanted)
         except NodeSyncError as e:
             self.state.fail(-1, str(e))
             log.error("%s; stopping the workers", e)
             return True
         self.sinks.scalars({"distributed/sync_seconds": self.node.seconds - before[0],
                             "distributed/sync_bytes": self.node.bytes - before[1]}, self.window.samples_seen)
+        if table is not None:
+            self.ckpt_wanted = False
+            if done:
+                self.final_table = table  # saved by _finish, after the final evaluation
+            else:
+                self._save_checkpoint(table)
         return done
 
     def _node_figures(self, summary: dict[str, Any]) -> dict[str, Any]:
@@ -265,8 +309,14 @@ class Trainer:
                 "param_checksum": float(sum(p.detach().double().sum() for p in self.model.parameters()))}
         # a collective: only when every node got through its final rounds (else it would wait)
         per_node = n.gather(mine) if summary["status"] == "completed" else [mine]
+        rates = [p["samples_per_second"] for p in per_node]
         return {"world_size": n.world, "rank": n.rank, "sync_rounds": n.rounds, "sync_seconds": round(n.seconds, 4),
-                "sync_bytes": n.bytes, "sync_every_n_steps": n.cfg.sync_every_n_steps, "per_node": per_node}
+                "sync_bytes": n.bytes, "sync_every_n_steps": n.cfg.sync_every_n_steps,
+                # the whole run's figures: every node's samples/s added up, and every node's samples
+                "samples_per_second_all_nodes": round(sum(rates), 1) if len(rates) == n.world and all(rates) else None,
+                "samples_seen_all_nodes": None if self.final_table is None
+                else int(self.final_table[:, Control.SAMPLES].sum()),
+                "per_node": per_node}
 
     def _flush(self) -> None:
         """Progress since the last write, plus the staleness histograms as they stand."""
@@ -347,11 +397,13 @@ class Trainer:
             log.info("%s: test loss %.4f, test accuracy %.2f%%", label, result[0], 100 * result[1])
         return result
 
-    def _save_checkpoint(self) -> None:
+    def _save_checkpoint(self, progress: torch.Tensor | None = None) -> None:
+        """`progress`: every node's table, taken at a round (torchrun); else this node's own."""
         if not self.writer:
             return
-        run = {**self._run_facts(), "samples_seen": int(self.control.progress[:, Control.SAMPLES].sum())}
-        checkpoint.save(self.ckpt_path, self.model, self.control.progress, run, self.record)
+        progress = self.control.progress if progress is None else progress
+        run = {**self._run_facts(), "samples_seen": int(progress[:, Control.SAMPLES].sum())}
+        checkpoint.save(self.ckpt_path, self.model, progress, run, self.record)
 
     def _install_signal_handlers(self) -> dict:
         if threading.current_thread() is not threading.main_thread():
@@ -382,7 +434,10 @@ class Trainer:
             final_seen = (st.status == "completed" and self.evals and st.epochs_evaluated == self.cfg.epochs
                           and not self.node)  # averaging changed the weights after the last epoch
             test_loss, test_score = self.evals[-1] if final_seen else self._evaluate()
-            self._save_checkpoint()
+            if not self.node:
+                self._save_checkpoint()
+            elif self.final_table is not None:  # else the last round's checkpoint stands
+                self._save_checkpoint(self.final_table)
         train_seconds = max(st.t_last - st.t_first, 0.0) if st.t_first < st.t_last else None
         summary = {
             "status": st.status,
@@ -435,6 +490,14 @@ class Trainer:
             json.dump(summary, f, indent=2)
         os.replace(tmp, self.summary_path)
         return summary
+
+
+def _summary_status(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return json.load(f).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class _RunState:

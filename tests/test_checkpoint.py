@@ -15,7 +15,7 @@ from hogwild import checkpoint
 from hogwild.checkpoint import CheckpointError
 from hogwild.models import MLP
 
-RUN = {"num_workers": 2, "batch_size": 64, "num_train": 2000, "seed": 0, "epochs": 1}
+RUN = {"num_workers": 2, "batch_size": 64, "num_train": 2000, "seed": 0, "epochs": 1, "world_size": 1}
 
 
 def make_model(hidden=(8,)) -> MLP:
@@ -237,6 +237,24 @@ def test_check_compatible_names_the_mismatched_tensor(tmp_path, hidden):
     assert "net.1.weight" in message or "net.3.weight" in message, message
 
 
+def test_a_checkpoint_from_before_world_size_counts_as_one_node(tmp_path):
+    path = save(tmp_path / "last.pt")
+    state = checkpoint.load(str(path))
+    del state["run"]["world_size"]
+    checkpoint.check_compatible(str(path), state, RUN, make_model())
+    with pytest.raises(CheckpointError, match="world_size=1 but this run has world_size=2"):
+        checkpoint.check_compatible(str(path), state, {**RUN, "world_size": 2}, make_model())
+
+
+def test_a_torchrun_checkpoint_holds_every_nodes_rows(tmp_path):
+    two_nodes = {**RUN, "world_size": 2}
+    path = save(tmp_path / "last.pt", run=two_nodes, progress=torch.zeros(4, 4, dtype=torch.int64))
+    checkpoint.check_compatible(str(path), checkpoint.load(str(path)), two_nodes, make_model())
+    path = save(tmp_path / "short.pt", run=two_nodes)  # only one node's 2 rows
+    with pytest.raises(CheckpointError, match="progress table has the wrong shape"):
+        checkpoint.check_compatible(str(path), checkpoint.load(str(path)), two_nodes, make_model())
+
+
 def test_check_compatible_refuses_a_progress_table_of_the_wrong_shape(tmp_path):
     path = save(tmp_path / "last.pt", progress=torch.zeros(3, 4, dtype=torch.int64))
     with pytest.raises(CheckpointError, match="progress table has the wrong shape"):
@@ -307,3 +325,25 @@ def test_periodic_checkpoint_survives_a_worker_failure(tmp_path):
     assert 0 < seen <= summary["samples_seen"]
     assert seen == int(state["progress"][:, 2].sum())  # SAMPLES column: the table and the count agree
     assert seen < 16000  # written while the run was going, not at an end it never reached
+
+
+def test_resume_from_auto_continues_this_folders_run_and_never_a_completed_one(tmp_path):
+    """What a restarted job does (torchrun --max-restarts, a requeued Slurm job): the same
+    command again, in the same folder, picks up from the folder's own last checkpoint."""
+    run_dir = tmp_path / "run"
+    args = ["data=synthetic", "data.num_samples=16000", "data.num_test_samples=200", "trainer.epochs=1",
+            "trainer.start_method=fork", "checkpoint.every_n_steps=5", "checkpoint.every_seconds=0",
+            "model._target_=faults.FaultyMLP", "+model.at_step=40", "+model.step_seconds=0.01", "resume_from=auto"]
+    first = run_cli([*args, "+model.fault=raise"], run_dir)  # no checkpoint yet: auto starts fresh
+    assert first.returncode == 1, first.stderr
+    assert read_summary(run_dir)["resumed_from"] is None
+    second = run_cli([*args, "+model.fault=none"], run_dir)  # the failed run's folder: auto resumes
+    assert second.returncode == 0, second.stderr
+    s = read_summary(run_dir)
+    assert s["status"] == "completed" and s["resumed_from"] == str(run_dir / "checkpoints" / "last.pt")
+    assert s["samples_seen"] == 16000 and 0 < s["total_samples"] < 16000
+    before = (run_dir / "summary.json").read_text()
+    third = run_cli([*args, "+model.fault=none"], run_dir)  # a completed run is never run again
+    assert third.returncode == 2
+    assert "resume_from=auto" in third.stderr and "already holds a completed run" in third.stderr
+    assert (run_dir / "summary.json").read_text() == before
