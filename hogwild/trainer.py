@@ -305,7 +305,7 @@ class Trainer:
     def _node_figures(self, summary: dict[str, Any]) -> dict[str, Any]:
         n = self.node
         mine = {"rank": n.rank, "status": summary["status"], "total_samples": summary["total_samples"],
-                "samples_per_second": summary["samples_per_second"],
+                "samples_per_second": summary["samples_per_second"], "train_seconds": summary["train_seconds"],
                 "param_checksum": float(sum(p.detach().double().sum() for p in self.model.parameters()))}
         # a collective: only when every node got through its final rounds (else it would wait)
         per_node = n.gather(mine) if summary["status"] == "completed" else [mine]
