@@ -3,8 +3,9 @@
 A checkpoint holds the model's state dict, the per-rank progress table (epoch, batch, samples,
 steps; under torchrun every node's workers, rank-major), the fields a resumed run must agree on,
 and the composed config — tensors and plain Python types only, so `torch.load(weights_only=True)`
-accepts it and a hostile file cannot run code. A save goes to a temp file in the same folder, is fsynced, then `os.replace`d over the
-old one: a kill at any moment leaves either the old or the new checkpoint, never half of one.
+accepts it and a hostile file cannot run code. A save goes to a temp file in the same folder, is
+fsynced, then `os.replace`d over the old one: a kill at any moment leaves either the old or the
+new checkpoint, never half of one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from hogwild.config import HogwildError
 FORMAT = 1
 # What a resumed run must share with the run it continues, or the shards would not line up.
 MUST_MATCH = ("num_workers", "batch_size", "num_train", "seed", "epochs", "world_size")
-DEFAULTS = {"world_size": 1}  # checkpoints written before torchrun runs could be resumed
+DEFAULTS = {"world_size": 1}  # a checkpoint from before world_size was recorded is one node's
 
 
 class CheckpointError(HogwildError):

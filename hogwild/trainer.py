@@ -289,8 +289,9 @@ class Trainer:
             done, table = self.node.round(list(self.model.parameters()), finished, steps,
                                           self.control.progress, checkpoint=self.ckpt_wanted)
         except NodeSyncError as e:
-            self.state.fail(-1, str(e))
-            log.error("%s; stopping the workers", e)
+            if self.state.status != "interrupted":  # Ctrl-C reaches every node: the peer just left first
+                self.state.fail(-1, str(e))
+                log.error("%s; stopping the workers", e)
             return True
         self.sinks.scalars({"distributed/sync_seconds": self.node.seconds - before[0],
                             "distributed/sync_bytes": self.node.bytes - before[1]}, self.window.samples_seen)
@@ -401,7 +402,8 @@ class Trainer:
         """`progress`: every node's table, taken at a round (torchrun); else this node's own."""
         if not self.writer:
             return
-        progress = self.control.progress if progress is None else progress
+        # one snapshot of the live table (the workers keep counting), so the count matches the rows
+        progress = self.control.progress.clone() if progress is None else progress
         run = {**self._run_facts(), "samples_seen": int(progress[:, Control.SAMPLES].sum())}
         checkpoint.save(self.ckpt_path, self.model, progress, run, self.record)
 
@@ -434,9 +436,7 @@ class Trainer:
             final_seen = (st.status == "completed" and self.evals and st.epochs_evaluated == self.cfg.epochs
                           and not self.node)  # averaging changed the weights after the last epoch
             test_loss, test_score = self.evals[-1] if final_seen else self._evaluate()
-            if not self.node:
-                self._save_checkpoint()
-            elif self.final_table is not None:  # else the last round's checkpoint stands
+            if self.node is None or self.final_table is not None:  # torchrun: else the last round's stands
                 self._save_checkpoint(self.final_table)
         train_seconds = max(st.t_last - st.t_first, 0.0) if st.t_first < st.t_last else None
         summary = {

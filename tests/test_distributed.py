@@ -184,3 +184,24 @@ def test_nodes_started_with_different_configs_are_refused(tmp_path):
         assert "was started with a different configuration (epochs=" in e, e[-2000:]
         assert "start every node with the same overrides" in e
     assert not any((tmp_path / f"node{i}" / "summary.json").exists() for i in range(2))
+
+
+def test_ctrl_c_interrupts_every_node_and_keeps_the_last_round_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    slow = ["data=synthetic", "data.num_samples=20000", "model._target_=faults.FaultyMLP", "+model.step_seconds=0.02",
+            "distributed.sync_every_n_steps=5", "checkpoint.every_n_steps=10", "checkpoint.every_seconds=0"]
+    proc = subprocess.Popen(torchrun(run_dir, *slow), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(), cwd=tmp_path)
+    ckpt = run_dir / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 90
+    while not ckpt.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert ckpt.exists(), "no round checkpoint was written"
+    proc.send_signal(signal.SIGINT)  # torchrun passes it to both nodes
+    _, stderr = proc.communicate(timeout=60)
+    s = read_summary(run_dir)
+    assert s["status"] == "interrupted", stderr[-2000:]
+    assert "error" not in s  # the peer leaving first is no failure
+    state = checkpoint.load(str(ckpt))
+    assert state["progress"].shape == (2, 4) and state["run"]["world_size"] == 2
+    assert 0 < state["run"]["samples_seen"] < 2 * 20000
