@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=60_000, help="training set size (each process passes over it once)")
     p.add_argument("--start-method", default="forkserver", help="the framework's trainer.start_method")
     p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--stall-seconds", type=float, default=15.0,
+                   help="a process tree that uses no CPU this long is reported as hung and killed (default 15)")
     p.add_argument("--classic-only", action="store_true", help=argparse.SUPPRESS)  # the child process
     args = p.parse_args(argv)
     if args.classic_only:
@@ -131,13 +133,13 @@ def main(argv: list[str] | None = None) -> int:
         classic_cmd = [sys.executable, os.path.abspath(__file__), "--classic-only", "--samples", str(args.samples)]
         # as published: no thread cap. On torch 2.13 here its workers hang (OpenMP after fork:
         # the parent's share_memory() starts the thread pool), so the capped variant runs too.
-        classic_s = timed(classic_cmd, tmp)
-        capped_s = timed(classic_cmd, tmp, env={"OMP_NUM_THREADS": "1"})
+        classic_s = timed(classic_cmd, tmp, stall_seconds=args.stall_seconds)
+        capped_s = timed(classic_cmd, tmp, env={"OMP_NUM_THREADS": "1"}, stall_seconds=args.stall_seconds)
         framework_s = timed([
             sys.executable, "-m", "hogwild", "train", "+experiment=mnist", "data=synthetic",
             f"data.num_samples={args.samples}", f"trainer.epochs={PROCESSES}", f"trainer.num_workers={PROCESSES}",
             f"trainer.start_method={args.start_method}", f"hydra.run.dir={tmp}/run",
-        ], tmp)
+        ], tmp, stall_seconds=args.stall_seconds)
         with open(os.path.join(tmp, "run", "summary.json")) as f:
             summary = json.load(f)
     result = {
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{total:,} samples, conv net, {PROCESSES} processes, whole process wall clock")
     for name, s in (("classic example  ", classic_s), ("classic, 1 thread", capped_s)):
         if s is None:
-            print(f"  {name}    hung  (no CPU used for 15 s: killed)")
+            print(f"  {name}    hung  (no CPU used for {args.stall_seconds:g} s: killed)")
         else:
             print(f"  {name} {s:7.1f} s  ({total / s:,.0f} samples/s, {s / framework_s:.1f}x the framework's time)")
     print(f"  hogwild {args.start_method:9} {framework_s:7.1f} s  ({total / framework_s:,.0f} samples/s; "

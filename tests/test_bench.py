@@ -101,7 +101,7 @@ def test_plot_without_matplotlib_says_how_to_get_it_instead_of_crashing(tmp_path
 def test_classic_compare_times_both_sides_of_the_same_work(tmp_path):
     out = tmp_path / "classic.json"
     result = run_script([str(REPO / "scripts" / "classic_compare.py"), "--samples", "1000", "--start-method", "fork",
-                         "--json", str(out)], cwd=tmp_path, timeout=240)
+                         "--stall-seconds", "5", "--json", str(out)], cwd=tmp_path, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.read_text())
     assert report["samples"] == 2000
