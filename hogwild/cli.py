@@ -160,10 +160,12 @@ def _report(summary: dict, output_dir: str) -> None:
         ("test RMSE", fmt(summary["test_rmse"], ".4f")) if summary.get("task") == "regression" else
         ("test accuracy", fmt(summary["test_accuracy"] and 100 * summary["test_accuracy"], ".2f", "%")),
         ("test loss", fmt(summary["test_loss"], ".4f")),
-        ("samples/s", f"{fmt(summary['samples_per_second'], ',.0f')} ({summary['num_workers']} workers, "
+        ("samples/s", f"{'node 0: ' if summary.get('distributed') else ''}"
+                      f"{fmt(summary['samples_per_second'], ',.0f')} ({summary['num_workers']} workers, "
                       f"{summary['start_method']}, {summary['sharing_strategy']})"),
         ("samples", f"{summary['total_samples']:,} in {fmt(summary['train_seconds'], '.2f')} s of training, "
                     f"{summary['wall_seconds']:.1f} s in all"),
+        *_node_rows(summary.get("distributed"), fmt),
         ("run folder", rel),
         ("checkpoint", os.path.join(rel, "checkpoints", "last.pt")
          + (" (the last one before the failure)" if status == "failed" else "")
@@ -173,6 +175,15 @@ def _report(summary: dict, output_dir: str) -> None:
     print(f"run {status}")
     for key, value in rows:
         print(f"  {key:<14} {value}")
+
+
+def _node_rows(d: dict | None, fmt) -> list[tuple[str, str]]:
+    """Under torchrun, the rows above are rank 0's own; these are the whole run's."""
+    if not d:
+        return []
+    return [("all nodes", f"{d['world_size']} nodes, {fmt(d['samples_per_second_all_nodes'], ',.0f')} samples/s "
+                          f"together, {fmt(d['samples_seen_all_nodes'], ',')} samples seen"),
+            ("sync", f"{d['sync_rounds']} rounds, {d['sync_seconds']:.2f} s, {d['sync_bytes'] / 2**20:,.1f} MiB")]
 
 
 def _process_start_time() -> float:

@@ -74,6 +74,7 @@ def test_two_loopback_nodes_train_and_end_with_the_same_model(tmp_path):
     assert s["test_accuracy"] > 0.8
     assert "distributed/sync_seconds" in tensorboard_tags(run_dir)
     assert "node 1: completed" in result.stdout
+    assert "all nodes      2 nodes" in result.stdout and "samples/s      node 0: " in result.stdout
 
 
 def test_killing_one_node_ends_the_other_and_leaves_nothing(tmp_path):
