@@ -1,8 +1,9 @@
 """Checkpoints: data, not code. Written atomically, loaded with `weights_only=True`.
 
 A checkpoint holds the model's state dict, the per-rank progress table (epoch, batch, samples,
-steps; under torchrun every node's workers, rank-major), the fields a resumed run must agree on,
-and the composed config — tensors and plain Python types only, so `torch.load(weights_only=True)`
+steps; under torchrun every node's workers, rank-major), the shared optimizer state when the
+run has one (`optimizer.shared=true`), the fields a resumed run must agree on, and the composed
+config — tensors and plain Python types only, so `torch.load(weights_only=True)`
 accepts it and a hostile file cannot run code. A save goes to a temp file in the same folder, is
 fsynced, then `os.replace`d over the old one: a kill at any moment leaves either the old or the
 new checkpoint, never half of one.
@@ -31,7 +32,8 @@ class CheckpointError(HogwildError):
     pass
 
 
-def save(path: str, model: torch.nn.Module, progress: torch.Tensor, run: Mapping[str, Any], config: Mapping) -> None:
+def save(path: str, model: torch.nn.Module, progress: torch.Tensor, run: Mapping[str, Any], config: Mapping,
+         optimizer_state: list[dict[str, torch.Tensor]] | None = None) -> None:
     state = {
         "format": FORMAT,
         "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
@@ -39,6 +41,8 @@ def save(path: str, model: torch.nn.Module, progress: torch.Tensor, run: Mapping
         "run": dict(run),
         "config": _plain(config),
     }
+    if optimizer_state:  # one dict of tensors per parameter (hogwild.optim_state)
+        state["optimizer_state"] = [{k: v.detach().cpu().clone() for k, v in s.items()} for s in optimizer_state]
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".last.", suffix=".tmp", dir=folder)
@@ -75,6 +79,11 @@ def load(path: str) -> dict[str, Any]:
     for key, kind in (("model", dict), ("progress", torch.Tensor), ("run", dict)):
         if not isinstance(state.get(key), kind):
             raise CheckpointError(f"resume_from={path!r} is damaged: '{key}' is missing or malformed")
+    saved_optimizer = state.get("optimizer_state")
+    if saved_optimizer is not None and not (
+        isinstance(saved_optimizer, list) and all(
+            isinstance(s, dict) and all(isinstance(v, torch.Tensor) for v in s.values()) for s in saved_optimizer)):
+        raise CheckpointError(f"resume_from={path!r} is damaged: 'optimizer_state' is malformed")
     return state
 
 

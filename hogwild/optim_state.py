@@ -57,6 +57,24 @@ def build(factory: Callable[..., torch.optim.Optimizer], params: list[torch.Tens
     return states
 
 
+def restore(states: State, saved: State) -> str | None:
+    """Copy a checkpoint's state into freshly built `states`; the reason when it does not fit
+    (another optimizer, another model), in which case `states` stay fresh."""
+    if len(saved) != len(states):
+        return f"it holds state for {len(saved)} parameters, this model has {len(states)}"
+    for i, (state, old) in enumerate(zip(states, saved)):
+        if set(state) != set(old):
+            return f"parameter {i} has state {sorted(old)} there, this optimizer keeps {sorted(state)}"
+        for k, t in state.items():
+            if t.shape != old[k].shape:
+                return f"parameter {i}'s {k} has shape {tuple(old[k].shape)} there, {tuple(t.shape)} here"
+    with torch.no_grad():
+        for state, old in zip(states, saved):
+            for k, t in state.items():
+                t.copy_(old[k])
+    return None
+
+
 def share(states: State) -> State:
     """CPU state into shared memory (CUDA tensors are shared through CUDA IPC as they are)."""
     for state in states:

@@ -71,6 +71,7 @@ class Trainer:
         self.ckpt_wanted = False  # under torchrun: rank 0 asks for the next round's progress table
         self.final_table: torch.Tensor | None = None  # every node's progress, from the last round
         self.optimizer_state: optim_state.State = []
+        self.saved_optimizer_state: optim_state.State | None = None  # from the resumed checkpoint
         self.device = device_rules.resolve(trainer.device)
         self.ckpt_path = os.path.join(self.output_dir, "checkpoints", "last.pt")
         self.summary_path = os.path.join(self.output_dir, "summary.json")
@@ -134,6 +135,7 @@ class Trainer:
             checkpoint.check_compatible(self.resume_from, state, self._run_facts(), self.model)
             self.model.load_state_dict(state["model"])
             progress = state["progress"]
+            self.saved_optimizer_state = state.get("optimizer_state")
         tensors = [*self.model.parameters(), *self.model.buffers(), self.data.train_x, self.data.train_y]
         in_shm = tensors if self.device.type == "cpu" else [] if self.data_on_device else tensors[-2:]
         if in_shm:
@@ -177,12 +179,29 @@ class Trainer:
         data = TrainData(self._layout(self.data.train_x.to(home)), self.data.train_y.to(home))
         sharing.share_tensors(data)
         if self.shared_optimizer:  # built on the device, in the layout, the workers' parameters have
-            self.optimizer_state = optim_state.share(optim_state.build(self.optimizer_factory, list(self.model.parameters())))
+            self.optimizer_state = optim_state.build(self.optimizer_factory, list(self.model.parameters()))
+            self._restore_optimizer_state()
+            optim_state.share(self.optimizer_state)
             self._check_fds(self.num_shared + len(optim_state.tensors(self.optimizer_state)))
         control = Control(self.cfg.num_workers)
         if progress is not None:
             control.progress.copy_(progress)
         return data, control
+
+    def _restore_optimizer_state(self) -> None:
+        """A resumed run continues the shared moments it saved; when it cannot, it says so."""
+        if not self.resume_from or not self.writer:  # other nodes receive rank 0's with the weights
+            return
+        if self.saved_optimizer_state is None:
+            log.warning("%s holds no shared optimizer state (written with optimizer.shared=false): "
+                        "the shared state starts fresh", self.resume_from)
+            return
+        reason = optim_state.restore(self.optimizer_state, self.saved_optimizer_state)
+        if reason:
+            log.warning("the optimizer state in %s does not fit this optimizer (%s): it starts fresh",
+                        self.resume_from, reason)
+        else:
+            log.info("resumed the shared optimizer state (step %s)", optim_state.steps(self.optimizer_state))
 
     def _spec(self) -> WorkerSpec:
         c = self.cfg
@@ -211,7 +230,8 @@ class Trainer:
         self._check_optimizer()
         data, control = self._share(progress)
         if self.node:
-            self.node.broadcast([*self.model.parameters(), *self.model.buffers()])
+            self.node.broadcast([*self.model.parameters(), *self.model.buffers(),
+                                 *optim_state.tensors(self.optimizer_state)])
         initial_samples = int(control.progress[:, Control.SAMPLES].sum())
         total = self.cfg.epochs * self.data.num_train
         if self.writer:
@@ -405,7 +425,7 @@ class Trainer:
         # one snapshot of the live table (the workers keep counting), so the count matches the rows
         progress = self.control.progress.clone() if progress is None else progress
         run = {**self._run_facts(), "samples_seen": int(progress[:, Control.SAMPLES].sum())}
-        checkpoint.save(self.ckpt_path, self.model, progress, run, self.record)
+        checkpoint.save(self.ckpt_path, self.model, progress, run, self.record, self.optimizer_state)
 
     def _install_signal_handlers(self) -> dict:
         if threading.current_thread() is not threading.main_thread():

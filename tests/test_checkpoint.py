@@ -202,8 +202,10 @@ def test_a_plain_pickle_is_refused_without_warnings(tmp_path, recwarn):
         ({"format": 1, "progress": torch.zeros(2, 4), "run": {}}, "'model' is missing or malformed"),
         ({"format": 1, "model": {}, "progress": [[0, 0, 0, 0]], "run": {}}, "'progress' is missing or malformed"),
         ({"format": 1, "model": {}, "progress": torch.zeros(2, 4), "run": 5}, "'run' is missing or malformed"),
+        ({"format": 1, "model": {}, "progress": torch.zeros(2, 4), "run": {}, "optimizer_state": [{"step": 3}]},
+         "'optimizer_state' is malformed"),
     ],
-    ids=["other-dict", "list", "tensor", "format-99", "no-model", "progress-list", "run-int"],
+    ids=["other-dict", "list", "tensor", "format-99", "no-model", "progress-list", "run-int", "optimizer-plain"],
 )
 def test_load_wrong_format(tmp_path, state, fragment):
     path = tmp_path / "wrong.pt"

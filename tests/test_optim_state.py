@@ -96,3 +96,49 @@ def test_an_optimizer_for_sparse_gradients_is_built_and_judged_like_the_others()
     table = torch.nn.Embedding(10, 3, sparse=True)
     with pytest.raises(ConfigError, match="SparseAdam keeps step as plain Python values"):
         optim_state.build(functools.partial(torch.optim.SparseAdam, lr=0.01), list(table.parameters()))
+
+
+def test_restore_copies_a_saved_state_that_fits_and_names_one_that_does_not():
+    adam = FACTORIES["adam"]
+    saved = optim_state.build(adam, params())
+    for state in saved:
+        for t in state.values():
+            t.fill_(3.0)
+    fresh = optim_state.build(adam, params())
+    assert optim_state.restore(fresh, saved) is None
+    assert all(torch.all(t == 3.0) for state in fresh for t in state.values())
+    momentum = optim_state.build(FACTORIES["sgd-momentum"], params())
+    reason = optim_state.restore(momentum, saved)
+    assert "momentum_buffer" in reason and "exp_avg" in reason
+    assert all(torch.all(t == 0.0) for state in momentum for t in state.values())  # left fresh
+    assert "2 parameters" in optim_state.restore(optim_state.build(adam, list(torch.nn.Linear(4, 3, bias=False).parameters())), saved)
+
+
+def test_a_resumed_run_continues_the_shared_optimizer_state(tmp_path):
+    """The checkpoint carries the shared Adam state: after a failure and a resume, the shared
+    step counter counts the steps of both attempts, not of the second alone."""
+    run_dir = tmp_path / "run"
+    args = ["data=synthetic", "data.num_samples=16000", "data.num_test_samples=200", "trainer.epochs=1",
+            "trainer.start_method=fork", "checkpoint.every_n_steps=5", "checkpoint.every_seconds=0",
+            "optimizer=adam", "optimizer.shared=true", "model._target_=faults.FaultyMLP", "+model.at_step=40",
+            "+model.step_seconds=0.01", "resume_from=auto"]
+    assert run_cli([*args, "+model.fault=raise"], run_dir).returncode == 1
+    saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    saved_step = int(saved["optimizer_state"][0]["step"])
+    assert saved_step > 0 and set(saved["optimizer_state"][0]) == {"step", "exp_avg", "exp_avg_sq"}
+    result = run_cli([*args, "+model.fault=none"], run_dir)
+    assert result.returncode == 0, result.stderr
+    assert "resumed the shared optimizer state" in result.stderr
+    s = read_summary(run_dir)
+    second_attempt_steps = sum(w["steps"] for w in s["staleness"]["per_worker"])
+    assert s["optimizer_state_steps"] > second_attempt_steps  # it went on from saved_step
+    assert s["optimizer_state_steps"] >= saved_step
+
+
+def test_resuming_with_another_optimizer_starts_fresh_and_says_why(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert run_cli([*SMALL, "optimizer=adam", "optimizer.shared=true", "trainer.start_method=fork"], first).returncode == 0
+    result = run_cli([*SMALL, "optimizer=sgd", "optimizer.momentum=0.9", "optimizer.shared=true",
+                      "trainer.start_method=fork", f"resume_from={first / 'checkpoints' / 'last.pt'}"], second)
+    assert result.returncode == 0, result.stderr
+    assert "does not fit this optimizer" in result.stderr and "momentum_buffer" in result.stderr
