@@ -104,17 +104,18 @@ def _reason(e: BaseException) -> str:
 def check_compatible(path: str, state: Mapping[str, Any], run: Mapping[str, Any], model: torch.nn.Module) -> None:
     saved = state["run"]
     for key in MUST_MATCH:
-        if saved.get(key, DEFAULTS.get(key)) != run.get(key, DEFAULTS.get(key)):
+        was, now = saved.get(key, DEFAULTS.get(key)), run.get(key, DEFAULTS.get(key))
+        if was != now:
             raise CheckpointError(
-                f"resume_from={path!r} was written with {key}={saved.get(key, DEFAULTS.get(key))!r} but this run has "
-                f"{key}={run.get(key)!r}; resume with the same value"
+                f"resume_from={path!r} was written with {key}={was!r} but this run has "
+                f"{key}={now!r}; resume with the same value"
             )
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
     if expected != found:
         diff = sorted(set(expected.items()) ^ set(found.items()))[:3]
         raise CheckpointError(f"resume_from={path!r} does not match this model (first differences: {diff})")
-    rows = run["num_workers"] * run.get("world_size", 1)  # every node's workers, rank-major
+    rows = run["num_workers"] * run.get("world_size", DEFAULTS["world_size"])  # every node's workers, rank-major
     if tuple(state["progress"].shape) != (rows, 4):
         raise CheckpointError(f"resume_from={path!r} is damaged: its progress table has the wrong shape")
 

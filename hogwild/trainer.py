@@ -91,7 +91,7 @@ class Trainer:
         return {
             "num_workers": self.cfg.num_workers,
             "batch_size": self.batch_size,
-            "num_train": (self.node.num_train_total or self.data.num_train) if self.node else self.data.num_train,
+            "num_train": (self.node and self.node.num_train_total) or self.data.num_train,  # the unsharded size
             "seed": self.cfg.seed,
             "epochs": self.cfg.epochs,
             "world_size": self.node.world if self.node else 1,
