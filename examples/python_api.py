@@ -1,6 +1,6 @@
 """Train your own nn.Module on your own tensors with Hogwild workers — no Hydra, no YAML.
 
-    python examples/python_api.py
+python examples/python_api.py
 """
 
 import functools
@@ -15,11 +15,19 @@ if __name__ == "__main__":  # required: spawn/forkserver workers re-import this 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(12_000, 20, generator=g)
     y = (x[:, :10].sum(1) > x[:, 10:].sum(1)).long()  # a rule the model can learn
-    data = DataSplits(x[:10_000], y[:10_000], x[10_000:], y[10_000:], num_classes=2, name="my-tensors")
+    data = DataSplits(
+        x[:10_000], y[:10_000], x[10_000:], y[10_000:], num_classes=2, name="my-tensors"
+    )
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 2))
     summary = Trainer(
-        model, data, functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
-        TrainerConfig(num_workers=2, epochs=5), batch_size=64, output_dir="outputs/python_api",
+        model,
+        data,
+        functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
+        TrainerConfig(num_workers=2, epochs=5),
+        batch_size=64,
+        output_dir="outputs/python_api",
     ).fit()
-    print(f"{summary['status']}: test accuracy {summary['test_accuracy']:.3f}, "
-          f"{summary['samples_per_second']:,.0f} samples/s")
+    print(
+        f"{summary['status']}: test accuracy {summary['test_accuracy']:.3f}, "
+        f"{summary['samples_per_second']:,.0f} samples/s"
+    )

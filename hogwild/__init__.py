@@ -7,9 +7,19 @@ Python API (no Hydra needed)::
             TrainerConfig(num_workers=2), batch_size=64, output_dir="runs/mine").fit()
 """
 
-from hogwild.config import CheckpointConfig, ConfigError, HogwildError, TrainerConfig
+from hogwild.config import CheckpointConfig, ScheduleConfig, TrainerConfig
+from hogwild.errors import ConfigError, DataError, HogwildError, WorkerFailure
 
-__all__ = ["Trainer", "TrainerConfig", "CheckpointConfig", "HogwildError", "ConfigError"]
+__all__ = [
+    "Trainer",
+    "TrainerConfig",
+    "CheckpointConfig",
+    "ScheduleConfig",
+    "HogwildError",
+    "ConfigError",
+    "DataError",
+    "WorkerFailure",
+]
 
 
 def __getattr__(name: str):

@@ -8,14 +8,14 @@ where it is called on the shared parameters.
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from hogwild.config import ConfigError, HogwildError
-from hogwild.data import DataError
+from hogwild.errors import ConfigError, HogwildError
 
 
 def _instantiate(section: str, values: Mapping[str, Any], **kwargs: Any) -> Any:
@@ -23,12 +23,14 @@ def _instantiate(section: str, values: Mapping[str, Any], **kwargs: Any) -> Any:
         return instantiate(dict(values), _convert_="all", **kwargs)
     except InstantiationException as e:
         cause = e.__cause__
-        if isinstance(cause, HogwildError):  # the object's own clear message: pass it on
+        if isinstance(
+            cause, HogwildError
+        ):  # the object's own clear message (DataError, ...): pass it on
             raise cause from None
-        if isinstance(cause, DataError):
-            raise HogwildError(str(cause)) from None
         reason = str(cause or e).strip().splitlines()
-        raise ConfigError(f"{section} ({values.get('_target_')}) could not be built: {reason[-1] if reason else e}") from None
+        raise ConfigError(
+            f"{section} ({values.get('_target_')}) could not be built: {reason[-1] if reason else e}"
+        ) from None
 
 
 def build_data(values: Mapping[str, Any]):
@@ -36,14 +38,22 @@ def build_data(values: Mapping[str, Any]):
     return _instantiate("data", values)
 
 
-def build_model(values: Mapping[str, Any], input_shape: tuple[int, ...], num_classes: int,
-                extra: Mapping[str, Any] | None = None) -> torch.nn.Module:
+def build_model(
+    values: Mapping[str, Any],
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    extra: Mapping[str, Any] | None = None,
+) -> torch.nn.Module:
     """Models receive the data's input shape and class count (and what the data set says its
     models need, e.g. num_users / num_items), so configs need not repeat them."""
-    return _instantiate("model", values, input_shape=list(input_shape), num_classes=num_classes, **(extra or {}))
+    return _instantiate(
+        "model", values, input_shape=list(input_shape), num_classes=num_classes, **(extra or {})
+    )
 
 
 def build_optimizer_factory(values: Mapping[str, Any]) -> functools.partial:
     if values.get("_partial_") is not True:
-        raise ConfigError(f"optimizer._partial_={values.get('_partial_')!r} is not valid: expected true")
+        raise ConfigError(
+            f"optimizer._partial_={values.get('_partial_')!r} is not valid: expected true"
+        )
     return _instantiate("optimizer", values)

@@ -16,11 +16,13 @@ import pickle
 import tempfile
 import warnings
 import zipfile
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
-from hogwild.config import HogwildError
+from hogwild.cadence import Cadence
+from hogwild.errors import CheckpointError
 
 FORMAT = 1
 # What a resumed run must share with the run it continues, or the shards would not line up.
@@ -28,12 +30,14 @@ MUST_MATCH = ("num_workers", "batch_size", "num_train", "seed", "epochs", "world
 DEFAULTS = {"world_size": 1}  # a checkpoint from before world_size was recorded is one node's
 
 
-class CheckpointError(HogwildError):
-    pass
-
-
-def save(path: str, model: torch.nn.Module, progress: torch.Tensor, run: Mapping[str, Any], config: Mapping,
-         optimizer_state: list[dict[str, torch.Tensor]] | None = None) -> None:
+def save(
+    path: str,
+    model: torch.nn.Module,
+    progress: torch.Tensor,
+    run: Mapping[str, Any],
+    config: Mapping,
+    optimizer_state: list[dict[str, torch.Tensor]] | None = None,
+) -> None:
     state = {
         "format": FORMAT,
         "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
@@ -42,7 +46,9 @@ def save(path: str, model: torch.nn.Module, progress: torch.Tensor, run: Mapping
         "config": _plain(config),
     }
     if optimizer_state:  # one dict of tensors per parameter (hogwild.optim_state)
-        state["optimizer_state"] = [{k: v.detach().cpu().clone() for k, v in s.items()} for s in optimizer_state]
+        state["optimizer_state"] = [
+            {k: v.detach().cpu().clone() for k, v in s.items()} for s in optimizer_state
+        ]
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".last.", suffix=".tmp", dir=folder)
@@ -69,20 +75,39 @@ def load(path: str) -> dict[str, Any]:
     if not os.path.isfile(path):
         raise CheckpointError(f"resume_from={path!r}: no such file")
     try:
-        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error below says it all
+        with (
+            warnings.catch_warnings()
+        ):  # e.g. "Detected pickle protocol 4": the error below says it all
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, zipfile.BadZipFile, EOFError, ValueError, OSError) as e:
-        raise CheckpointError(f"resume_from={path!r} is not a loadable hogwild checkpoint: {_reason(e)}") from None
+    except (
+        pickle.UnpicklingError,
+        RuntimeError,
+        zipfile.BadZipFile,
+        EOFError,
+        ValueError,
+        OSError,
+    ) as e:
+        raise CheckpointError(
+            f"resume_from={path!r} is not a loadable hogwild checkpoint: {_reason(e)}"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"resume_from={path!r} is not a hogwild checkpoint (format {FORMAT} expected)")
+        raise CheckpointError(
+            f"resume_from={path!r} is not a hogwild checkpoint (format {FORMAT} expected)"
+        )
     for key, kind in (("model", dict), ("progress", torch.Tensor), ("run", dict)):
         if not isinstance(state.get(key), kind):
-            raise CheckpointError(f"resume_from={path!r} is damaged: '{key}' is missing or malformed")
+            raise CheckpointError(
+                f"resume_from={path!r} is damaged: '{key}' is missing or malformed"
+            )
     saved_optimizer = state.get("optimizer_state")
     if saved_optimizer is not None and not (
-        isinstance(saved_optimizer, list) and all(
-            isinstance(s, dict) and all(isinstance(v, torch.Tensor) for v in s.values()) for s in saved_optimizer)):
+        isinstance(saved_optimizer, list)
+        and all(
+            isinstance(s, dict) and all(isinstance(v, torch.Tensor) for v in s.values())
+            for s in saved_optimizer
+        )
+    ):
         raise CheckpointError(f"resume_from={path!r} is damaged: 'optimizer_state' is malformed")
     return state
 
@@ -96,12 +121,16 @@ def _reason(e: BaseException) -> str:
     if isinstance(e, pickle.UnpicklingError):
         useful = [line for line in lines if not line.startswith(_TORCH_BOILERPLATE)]
         detail = useful[0].removeprefix("WeightsUnpickler error:").strip() if useful else ""
-        return "refused by the weights-only loader (tensors and plain types only, nothing was run)" + (
-            f": {detail}" if detail else "")
+        return (
+            "refused by the weights-only loader (tensors and plain types only, nothing was run)"
+            + (f": {detail}" if detail else "")
+        )
     return lines[0] if lines else type(e).__name__
 
 
-def check_compatible(path: str, state: Mapping[str, Any], run: Mapping[str, Any], model: torch.nn.Module) -> None:
+def check_compatible(
+    path: str, state: Mapping[str, Any], run: Mapping[str, Any], model: torch.nn.Module
+) -> None:
     saved = state["run"]
     for key in MUST_MATCH:
         was, now = saved.get(key, DEFAULTS.get(key)), run.get(key, DEFAULTS.get(key))
@@ -114,10 +143,16 @@ def check_compatible(path: str, state: Mapping[str, Any], run: Mapping[str, Any]
     found = {k: tuple(v.shape) for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
     if expected != found:
         diff = sorted(set(expected.items()) ^ set(found.items()))[:3]
-        raise CheckpointError(f"resume_from={path!r} does not match this model (first differences: {diff})")
-    rows = run["num_workers"] * run.get("world_size", DEFAULTS["world_size"])  # every node's workers, rank-major
+        raise CheckpointError(
+            f"resume_from={path!r} does not match this model (first differences: {diff})"
+        )
+    rows = run["num_workers"] * run.get(
+        "world_size", DEFAULTS["world_size"]
+    )  # every node's workers, rank-major
     if tuple(state["progress"].shape) != (rows, 4):
-        raise CheckpointError(f"resume_from={path!r} is damaged: its progress table has the wrong shape")
+        raise CheckpointError(
+            f"resume_from={path!r} is damaged: its progress table has the wrong shape"
+        )
 
 
 def _plain(value: Any) -> Any:
@@ -129,3 +164,45 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+class Checkpointer:
+    """Decides when checkpoints/last.pt is due (`checkpoint.every_*`) and writes it.
+
+    `save(table)` writes every node's progress table when one is given (taken at a torchrun
+    round), else one snapshot of the live table: the workers keep counting, and the checkpoint's
+    sample count must match its rows."""
+
+    def __init__(
+        self,
+        path: str,
+        cfg: Any,
+        model: torch.nn.Module,
+        progress: torch.Tensor,
+        facts: Mapping[str, Any],
+        record: Mapping,
+        optimizer_state: list | None,
+        enabled: bool = True,
+    ):
+        self.path, self.model, self.progress, self.facts, self.record = (
+            path,
+            model,
+            progress,
+            facts,
+            record,
+        )
+        self.optimizer_state, self.enabled = optimizer_state, enabled
+        self.every = Cadence(cfg.every_n_steps, cfg.every_seconds, start=int(progress[:, 3].sum()))
+
+    def due(self, steps: int) -> bool:
+        if not self.every.due(steps):
+            return False
+        self.every.mark(steps)
+        return True
+
+    def save(self, table: torch.Tensor | None = None) -> None:
+        if not self.enabled:
+            return
+        progress = self.progress.clone() if table is None else table
+        run = {**self.facts, "samples_seen": int(progress[:, 2].sum())}
+        save(self.path, self.model, progress, run, self.record, self.optimizer_state)

@@ -14,7 +14,6 @@ Trainer runs. Errors the user can fix are printed as one line, with a non-zero e
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -40,7 +39,9 @@ def config_dir() -> str:
     for candidate in (here / "configs", here.parent / "configs"):
         if (candidate / "train.yaml").is_file():
             return str(candidate)
-    raise FileNotFoundError(f"hogwild's configs are missing (looked in {here / 'configs'} and {here.parent / 'configs'})")
+    raise FileNotFoundError(
+        f"hogwild's configs are missing (looked in {here / 'configs'} and {here.parent / 'configs'})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,9 +60,26 @@ def main(argv: list[str] | None = None) -> int:
         from hogwild import bench
 
         return bench.main(rest)
-    print(f"hogwild: unknown command {command!r}; commands: train, doctor, bench (see `hogwild --help`)",
-          file=sys.stderr)
+    print(
+        f"hogwild: unknown command {command!r}; commands: train, doctor, bench (see `hogwild --help`)",
+        file=sys.stderr,
+    )
     return 2
+
+
+def register_defaults() -> None:
+    """Each typed group's base config is its dataclass's defaults (hogwild.config, the one home
+    of every default): `trainer/default.yaml` and friends inherit `_defaults` and restate
+    nothing. Plain dicts, not typed nodes: hogwild's own checks give the clearer errors."""
+    import dataclasses
+
+    from hydra.core.config_store import ConfigStore
+
+    from hogwild.config import GROUPS
+
+    store = ConfigStore.instance()
+    for group, cls in GROUPS.items():
+        store.store(group=group, name="_defaults", node=dataclasses.asdict(cls()))
 
 
 def train(overrides: list[str]) -> int:
@@ -69,6 +87,7 @@ def train(overrides: list[str]) -> int:
 
     exit_codes: list[int] = []
     started_at = _process_start_time()
+    register_defaults()
 
     @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")
     def task(cfg) -> None:
@@ -87,32 +106,45 @@ def train(overrides: list[str]) -> int:
 
 def run_job(cfg, started_at: float | None = None) -> int:
     """One training run from a composed config; returns the process exit code."""
-    import torch
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
+
+    from hogwild.errors import HogwildError
+    from hogwild.run_config import build_run_config
+
+    try:  # a bad value is refused before torch is even imported (~2 s)
+        raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        run = build_run_config(raw, HydraConfig.get().runtime.output_dir)
+        trainer = _train(run, raw, started_at)
+    except HogwildError as e:
+        print(f"hogwild: error: {e}", file=sys.stderr)
+        return 2
+    return _report(trainer)
+
+
+def _train(run, raw: dict, started_at: float | None):
+    import torch
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     from hogwild import builders
-    from hogwild.config import HogwildError, build_run_config
+    from hogwild.node import LocalNode
     from hogwild.supervisor import prestart
     from hogwild.trainer import Trainer
 
     # Before any torch work in this process: an OpenMP pool used here and then inherited
     # through fork hangs any child that asks for more than one thread.
     torch.set_num_threads(1)
-    node = None
+    node = LocalNode()
     try:
-        raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-        run = build_run_config(raw, HydraConfig.get().runtime.output_dir)
         if run.distributed.mode == "torchrun":
             from hogwild.distributed import NodeSync
 
             node = NodeSync(run.distributed, torch.device(run.trainer.device))
         prestart(run.trainer.start_method)  # the fork server boots while the data loads (seconds)
-        data = builders.build_data(run.data)
-        if node:
-            data = node.shard(data)
-        model = builders.build_model(run.model, data.input_shape, data.num_classes, data.model_kwargs)
+        data = node.shard(builders.build_data(run.data))
+        model = builders.build_model(
+            run.model, data.input_shape, data.num_classes, data.model_kwargs
+        )
         trainer = Trainer(
             model=model,
             data=data,
@@ -129,61 +161,27 @@ def run_job(cfg, started_at: float | None = None) -> int:
             started_at=started_at,
         )
         with logging_redirect_tqdm():
-            summary = trainer.fit()
-    except HogwildError as e:
-        print(f"hogwild: error: {e}", file=sys.stderr)
-        return 2
+            trainer.fit()
     finally:
-        if node:
-            node.close()
-    if node and not node.is_writer:
-        print(f"node {node.rank}: {summary['status']}, {summary['total_samples']:,} samples "
-              f"({summary['samples_per_second'] or 0:,.0f}/s); rank 0 writes the run's files")
-        return summary["exit_code"]
-    _report(summary, run.output_dir)
-    return summary["exit_code"]
+        node.close()
+    return trainer
 
 
-def _report(summary: dict, output_dir: str) -> None:
-    """The few lines a user reads at the end of a run: results and where everything is."""
-    status, error = summary["status"], summary.get("error") or {}
-    if status == "failed":
-        who = "" if error.get("rank", -1) < 0 else f"worker {error['rank']}: "  # -1: the orchestrator itself
-        print(f"hogwild: run failed: {who}{error.get('reason')}", file=sys.stderr)
-    rel = os.path.relpath(output_dir)
-    rel = output_dir if rel.startswith("..") else rel
-
-    def fmt(value, spec: str, suffix: str = "") -> str:
-        return "n/a" if value is None else f"{value:{spec}}{suffix}"
-
-    rows = [
-        ("test RMSE", fmt(summary["test_rmse"], ".4f")) if summary.get("task") == "regression" else
-        ("test accuracy", fmt(summary["test_accuracy"] and 100 * summary["test_accuracy"], ".2f", "%")),
-        ("test loss", fmt(summary["test_loss"], ".4f")),
-        ("samples/s", f"{'node 0: ' if summary.get('distributed') else ''}"
-                      f"{fmt(summary['samples_per_second'], ',.0f')} ({summary['num_workers']} workers, "
-                      f"{summary['start_method']}, {summary['sharing_strategy']})"),
-        ("samples", f"{summary['total_samples']:,} in {fmt(summary['train_seconds'], '.2f')} s of training, "
-                    f"{summary['wall_seconds']:.1f} s in all"),
-        *_node_rows(summary.get("distributed"), fmt),
-        ("run folder", rel),
-        ("checkpoint", os.path.join(rel, "checkpoints", "last.pt")
-         + (" (the last one before the failure)" if status == "failed" else "")
-         if os.path.exists(os.path.join(output_dir, "checkpoints", "last.pt")) else "none written"),
-        ("dashboards", f"tensorboard --logdir {os.path.join(rel, 'tensorboard')}"),
-    ]
-    print(f"run {status}")
-    for key, value in rows:
-        print(f"  {key:<14} {value}")
-
-
-def _node_rows(d: dict | None, fmt) -> list[tuple[str, str]]:
-    """Under torchrun, the rows above are rank 0's own; these are the whole run's."""
-    if not d:
-        return []
-    return [("all nodes", f"{d['world_size']} nodes, {fmt(d['samples_per_second_all_nodes'], ',.0f')} samples/s "
-                          f"together, {fmt(d['samples_seen_all_nodes'], ',')} samples seen"),
-            ("sync", f"{d['sync_rounds']} rounds, {d['sync_seconds']:.2f} s, {d['sync_bytes'] / 2**20:,.1f} MiB")]
+def _report(trainer) -> int:
+    """The few lines a user reads at the end of a run (rank 0's; the other nodes say one)."""
+    node = trainer.node
+    summary = trainer.summary
+    if not node.is_writer:
+        print(
+            f"node {node.rank}: {summary.status}, {summary.total_samples:,} samples "
+            f"({summary.samples_per_second or 0:,.0f}/s); rank 0 writes the run's files"
+        )
+        return summary.exit_code
+    failure, lines = summary.report(trainer.output_dir)
+    if failure:
+        print(failure, file=sys.stderr)
+    print("\n".join(lines))
+    return summary.exit_code
 
 
 def _process_start_time() -> float:

@@ -1,6 +1,6 @@
 """Where the model and the data live, and how batches reach the device.
 
-The rules (README, "CUDA"):
+The rules (docs/cuda.md):
 
 - One shared model on one device. With CUDA the orchestrator moves the model there once and the
   workers receive its parameters through CUDA IPC, without a copy; every worker's update lands
@@ -17,11 +17,15 @@ The rules (README, "CUDA"):
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from hogwild.config import ConfigError
+from hogwild.errors import ConfigError
 
-FREE_FRACTION = 0.5  # `auto` puts the data on the GPU when it needs at most this share of the free memory
+FREE_FRACTION = (
+    0.5  # `auto` puts the data on the GPU when it needs at most this share of the free memory
+)
 
 
 def resolve(name: str) -> torch.device:
@@ -32,7 +36,24 @@ def resolve(name: str) -> torch.device:
     return device
 
 
-def data_goes_to_device(nbytes: int, device: torch.device, policy: str, free_bytes: int | None = None) -> bool:
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The memory format 4-D inputs go to the model in: channels_last matches conv weights laid
+    out the same way (oneDNN's fast path on the CPU); anything else passes through."""
+
+    channels_last: bool = False
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return (
+            x.contiguous(memory_format=torch.channels_last)
+            if self.channels_last and x.dim() == 4
+            else x
+        )
+
+
+def data_goes_to_device(
+    nbytes: int, device: torch.device, policy: str, free_bytes: int | None = None
+) -> bool:
     """Decide where the training split lives. `free_bytes` is the device's free memory (asked of
     CUDA when None); a pure function of its inputs otherwise, so the rule is testable on a CPU."""
     if device.type == "cpu" or policy == "false":
@@ -57,9 +78,11 @@ class HostBatches:
     def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, device: torch.device):
         self.x, self.y, self.device, self.turn = x, y, device, 0
         self.slots = [
-            (torch.empty((batch_size, *x.shape[1:]), dtype=x.dtype, pin_memory=True),
-             torch.empty((batch_size, *y.shape[1:]), dtype=y.dtype, pin_memory=True),
-             torch.cuda.Event())
+            (
+                torch.empty((batch_size, *x.shape[1:]), dtype=x.dtype, pin_memory=True),
+                torch.empty((batch_size, *y.shape[1:]), dtype=y.dtype, pin_memory=True),
+                torch.cuda.Event(),
+            )
             for _ in range(2)
         ]
 

@@ -16,6 +16,9 @@ flag in the round's all-reduce when its checkpoint is due, and every node then c
 progress table (`gather_progress`), so the checkpoint holds all nodes' rows, rank-major. Before
 training, `agree` is the one collective that settles the run: every node's set-up outcome and
 facts, and rank 0's resume decision, so a refusal on any node ends every node with that line.
+
+The orchestrator talks to every run through one node object: `LocalNode` for one machine (it
+does nothing), `NodeSync` under torchrun, so its loop has no torchrun branches.
 """
 
 from __future__ import annotations
@@ -23,18 +26,16 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from hogwild.config import ConfigError, DistributedConfig, HogwildError
+from hogwild.averaging import Averaging
+from hogwild.config import DistributedConfig
+from hogwild.errors import ConfigError, HogwildError, NodeSyncError
 
 log = logging.getLogger("hogwild")
-
-
-class NodeSyncError(HogwildError):
-    """A sync round failed: another node is gone or did not answer in time."""
 
 
 def _attempt_store(dist, store):
@@ -49,37 +50,65 @@ def _attempt_store(dist, store):
     env = os.environ
     if env.get("GROUP_WORLD_SIZE", "1") == "1" and "TORCHELASTIC_RESTART_COUNT" in env:
         return dist.PrefixStore(f"hogwild/attempt_{env['TORCHELASTIC_RESTART_COUNT']}", store)
-    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and env.get("TORCHELASTIC_MAX_RESTARTS", "0") != "0":
-        log.warning("torchrun --max-restarts across %s agents: a restarted rank can read the previous "
-                    "attempt's keys from the agents' shared store; start torchrun with "
-                    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (a fresh store per attempt)", env.get("GROUP_WORLD_SIZE"))
+    if (
+        env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        and env.get("TORCHELASTIC_MAX_RESTARTS", "0") != "0"
+    ):
+        log.warning(
+            "torchrun --max-restarts across %s agents: a restarted rank can read the previous "
+            "attempt's keys from the agents' shared store; start torchrun with "
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (a fresh store per attempt)",
+            env.get("GROUP_WORLD_SIZE"),
+        )
     return store
 
 
+def _join(cfg: DistributedConfig, device: torch.device) -> torch.device:
+    """Join the process group torchrun's environment describes; the device collectives use."""
+    import torch.distributed as dist
+
+    missing = [
+        k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ
+    ]
+    if missing:
+        raise ConfigError(
+            f"distributed.mode='torchrun' needs the environment torchrun sets ({', '.join(missing)} missing): "
+            "launch with `torchrun --nnodes=N --nproc_per_node=1 ... -m hogwild train distributed=torchrun`"
+        )
+    backend = (
+        cfg.backend if cfg.backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
+    )
+    timeout = datetime.timedelta(seconds=cfg.timeout_seconds)
+    store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+    dist.init_process_group(
+        backend, store=_attempt_store(dist, store), rank=rank, world_size=world, timeout=timeout
+    )
+    return device if backend == "nccl" else torch.device("cpu")
+
+
+def _differences(mine: dict[str, Any], theirs: dict[str, Any], rank: int) -> str:
+    return ", ".join(
+        f"{k}={mine.get(k)!r} here but {theirs.get(k)!r} on node {rank}"
+        for k in sorted(set(mine) | set(theirs))
+        if mine.get(k) != theirs.get(k)
+    )
+
+
 class NodeSync:
+    """One torchrun node: the same interface as LocalNode, with collectives behind it."""
+
+    weights_change_at_end = True  # the last round averaged the nodes after their last epoch
+
     def __init__(self, cfg: DistributedConfig, device: torch.device):
         import torch.distributed as dist
 
-        missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
-        if missing:
-            raise ConfigError(
-                f"distributed.mode='torchrun' needs the environment torchrun sets ({', '.join(missing)} missing): "
-                "launch with `torchrun --nnodes=N --nproc_per_node=1 ... -m hogwild train distributed=torchrun`"
-            )
         self.cfg, self.dist = cfg, dist
-        backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
-        timeout = datetime.timedelta(seconds=cfg.timeout_seconds)
-        store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
-        dist.init_process_group(backend, store=_attempt_store(dist, store), rank=rank, world_size=world, timeout=timeout)
+        self.device = _join(cfg, device)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.device = device if backend == "nccl" else torch.device("cpu")
-        self.rounds, self.seconds, self.bytes = 0, 0.0, 0
-        self.steps_at_sync, self.time_at_sync = 0, time.monotonic()
+        self.is_writer = self.rank == 0
         self.num_train_total: int | None = None  # the whole training split, before sharding
-
-    @property
-    def is_writer(self) -> bool:
-        return self.rank == 0
+        self.params: list[torch.Tensor] = []
+        self.averaging: Averaging | None = None  # set by attach
 
     def shard(self, data):
         """This node's part of the training split: a seeded permutation cut in `world` pieces
@@ -90,13 +119,26 @@ class NodeSync:
         data.train_x, data.train_y = data.train_x[mine], data.train_y[mine]
         return data
 
-    def agree(self, facts: dict[str, Any], error: str | None = None, plan: Any = None) -> Any:
+    def global_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
+        """The facts of the whole run: the unsharded data size, the node count."""
+        total = (
+            {"num_train": self.num_train_total}
+            if self.num_train_total and "num_train" in facts
+            else {}
+        )
+        return {**facts, **total, "world_size": self.world}
+
+    def agree(self, facts: dict[str, Any], plan: Any = None, error: str | None = None) -> Any:
         """Settle the run before training: every node sends its set-up outcome and the facts the
         nodes must share; rank 0 also sends its plan (the resume decision). Raises on every node
         if any node refused or the facts differ; returns rank 0's plan."""
         out: list[Any] = [None] * self.world
-        self._collective("the start-up check", self.dist.all_gather_object, out,
-                         {"error": error, "facts": facts, "plan": plan})
+        self.collective(
+            "the start-up check",
+            self.dist.all_gather_object,
+            out,
+            {"error": error, "facts": facts, "plan": plan},
+        )
         if error:
             return None  # the caller raises its own error
         refused = [(r, o["error"]) for r, o in enumerate(out) if o["error"]]
@@ -105,74 +147,92 @@ class NodeSync:
             raise HogwildError(f"node {r} refused the run: {why}")
         for r, o in enumerate(out):
             if o["facts"] != facts:
-                diff = ", ".join(f"{k}={facts.get(k)!r} here but {o['facts'].get(k)!r} on node {r}"
-                                 for k in sorted(set(facts) | set(o["facts"])) if facts.get(k) != o["facts"].get(k))
-                raise ConfigError(f"node {self.rank}: node {r} was started with a different configuration ({diff}); "
-                                  "start every node with the same overrides")
+                raise ConfigError(
+                    f"node {self.rank}: node {r} was started with a different configuration "
+                    f"({_differences(facts, o['facts'], r)}); start every node with the same overrides"
+                )
         return out[0]["plan"]
-
-    def broadcast(self, params: list[torch.Tensor]) -> None:
-        """Start every node from rank 0's weights (initial or resumed), parameters and buffers."""
-        with torch.no_grad():
-            for p in params:
-                t = p.detach().to(self.device)
-                self.dist.broadcast(t, src=0)
-                if t is not p:
-                    p.copy_(t)
-
-    def due(self, local_steps: int) -> bool:
-        every_n, every_s = self.cfg.sync_every_n_steps, self.cfg.sync_every_seconds
-        return bool((every_n and local_steps - self.steps_at_sync >= every_n)
-                    or (every_s and time.monotonic() - self.time_at_sync >= every_s))
-
-    def round(self, params: list[torch.Tensor], finished: bool, local_steps: int,
-              progress: torch.Tensor, checkpoint: bool = False) -> tuple[bool, torch.Tensor | None]:
-        """Average the parameters over the nodes. Returns (every node has finished, the progress
-        table of all nodes) -- the table only when rank 0 asked for a checkpoint or all are done."""
-        t = time.monotonic()
-        flags = torch.tensor([float(finished), float(checkpoint)], device=self.device)
-        flat = torch.cat([p.detach().reshape(-1).to(self.device, torch.float32) for p in params] + [flags])
-        self._collective(f"sync round {self.rounds + 1}", self.dist.all_reduce, flat)
-        flat /= self.world
-        offset = 0
-        with torch.no_grad():
-            for p in params:
-                n = p.numel()
-                p.copy_(flat[offset : offset + n].view_as(p))
-                offset += n
-        done = round(float(flat[-2]) * self.world) == self.world
-        table = None
-        if done or float(flat[-1]) > 0:
-            table = self.gather_progress(progress)
-        self.rounds += 1
-        self.seconds += time.monotonic() - t
-        self.bytes += flat.numel() * flat.element_size() + (0 if table is None else table.numel() * 8)
-        self.steps_at_sync, self.time_at_sync = local_steps, time.monotonic()
-        return done, table
-
-    def gather_progress(self, progress: torch.Tensor) -> torch.Tensor:
-        """Every node's progress table, stacked rank-major: (world * num_workers, 4), int64."""
-        mine = progress.to(self.device).clone(memory_format=torch.contiguous_format)
-        out = torch.empty((self.world * mine.shape[0], mine.shape[1]), dtype=mine.dtype, device=self.device)
-        self._collective(f"sync round {self.rounds + 1}", self.dist.all_gather_single, out, mine)
-        return out.cpu()
 
     def rows(self, table: torch.Tensor) -> torch.Tensor:
         """This node's rows of an all-node progress table."""
         n = table.shape[0] // self.world
         return table[self.rank * n : (self.rank + 1) * n]
 
-    def _collective(self, what: str, fn, *args) -> None:
+    def attach(self, params: list[torch.Tensor], progress: torch.Tensor) -> None:
+        """What the rounds average (the shared parameters) and report (this node's progress)."""
+        self.params = params
+        self.averaging = Averaging(self, params, progress)
+
+    def broadcast(self, tensors: list[torch.Tensor]) -> None:
+        """Start every node from rank 0's weights (initial or resumed), parameters and buffers."""
+        with torch.no_grad():
+            for p in tensors:
+                t = p.detach().to(self.device)
+                self.dist.broadcast(t, src=0)
+                if t is not p:
+                    p.copy_(t)
+
+    def tick(self, running: bool) -> dict[str, float]:
+        """A round when one is due; the dashboard figures of that round."""
+        return self.averaging.tick() if running else {}
+
+    def checkpoint(self, save: Callable[[torch.Tensor | None], None]) -> None:
+        """Taken at the next round, where the nodes' models are one (rank 0 asks, every node
+        sends its progress rows)."""
+        self.averaging.save_at_next_round(save if self.is_writer else None)
+
+    def finish(self) -> None:
+        """Keep joining rounds until every node is done; the last one leaves all nodes alike."""
+        self.averaging.finish()
+
+    def final_checkpoint(self, save: Callable[[torch.Tensor | None], None]) -> None:
+        """With every node's progress from the last round; without one (a failed or interrupted
+        run), the last round's checkpoint stands."""
+        if self.averaging.final_table is not None:
+            save(self.averaging.final_table)
+
+    def collective(self, what: str, fn, *args) -> None:
+        """One collective; a failure is one NodeSyncError line that says which and why."""
         try:
             fn(*args)
-        except Exception as e:  # gloo/nccl raise RuntimeError (or DistBackendError) on a lost peer or timeout
-            raise NodeSyncError(f"node {self.rank}: {what} failed, another node stopped "
-                                f"or did not answer within distributed.timeout_seconds={self.cfg.timeout_seconds:g} "
-                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        # gloo/nccl raise RuntimeError (or DistBackendError, or others) on a lost peer or a timeout
+        except Exception as e:  # noqa: BLE001 - each of them means the same to the run
+            raise NodeSyncError(
+                f"node {self.rank}: {what} failed, another node stopped "
+                f"or did not answer within distributed.timeout_seconds={self.cfg.timeout_seconds:g} "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            ) from None
 
-    def gather(self, figures: dict[str, Any]) -> list[dict[str, Any]]:
+    def figures(self, mine: dict[str, Any]) -> dict[str, Any]:
+        """The summary's `distributed` section; every node's figures when all got through."""
+        mine = {
+            "rank": self.rank,
+            **mine,
+            "param_checksum": float(sum(p.detach().double().sum() for p in self.params)),
+        }
+        # a collective: only when every node got through its final rounds (else it would wait)
+        per_node = self._gather(mine) if mine["status"] == "completed" else [mine]
+        rates = [p["samples_per_second"] for p in per_node]
+        avg = self.averaging
+        table = avg.final_table if avg else None
+        return {
+            "world_size": self.world,
+            "rank": self.rank,
+            "sync_rounds": avg.rounds if avg else 0,
+            "sync_seconds": round(avg.seconds, 4) if avg else 0.0,
+            "sync_bytes": avg.bytes if avg else 0,
+            "sync_every_n_steps": self.cfg.sync_every_n_steps,
+            # the whole run's figures: every node's samples/s added up, and every node's samples
+            "samples_per_second_all_nodes": round(sum(rates), 1)
+            if len(rates) == self.world and all(rates)
+            else None,
+            "samples_seen_all_nodes": None if table is None else int(table[:, 2].sum()),
+            "per_node": per_node,
+        }
+
+    def _gather(self, figures: dict[str, Any]) -> list[dict[str, Any]]:
         out: list[Any] = [None] * self.world
-        self._collective("the final report", self.dist.all_gather_object, out, figures)
+        self.collective("the final report", self.dist.all_gather_object, out, figures)
         return out
 
     def close(self) -> None:

@@ -25,9 +25,15 @@ def _cuda() -> dict[str, Any]:
     import torch
 
     if torch.version.cuda is None:
-        return {"available": False, "why": "this torch is a CPU-only build (install a CUDA build of torch for GPUs)"}
+        return {
+            "available": False,
+            "why": "this torch is a CPU-only build (install a CUDA build of torch for GPUs)",
+        }
     if not torch.cuda.is_available():
-        return {"available": False, "why": f"torch built for CUDA {torch.version.cuda}, but no usable GPU or driver"}
+        return {
+            "available": False,
+            "why": f"torch built for CUDA {torch.version.cuda}, but no usable GPU or driver",
+        }
     devices = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
@@ -57,17 +63,24 @@ def examine() -> dict[str, Any]:
         "sharing_strategies": sorted(mp.get_all_sharing_strategies()),
         "default_sharing_strategy": mp.get_sharing_strategy(),
         "start_methods": mp.get_all_start_methods(),
-        "open_files": {"soft": soft, "hard": hard,
-                       "shared_tensors_file_descriptor": max(0, limit - FD_HEADROOM)},
+        "open_files": {
+            "soft": soft,
+            "hard": hard,
+            "shared_tensors_file_descriptor": max(0, limit - FD_HEADROOM),
+        },
         "shm": shm_info,
         "cuda": _cuda(),
     }
     problems = []
     if shm_info["free_mib"] is not None and shm.free < MIN_SHM_BYTES:
-        problems.append(f"{SHM_DIR} has only {shm_info['free_mib']} MiB free: enlarge it (docker --shm-size=1g)")
+        problems.append(
+            f"{SHM_DIR} has only {shm_info['free_mib']} MiB free: enlarge it (docker --shm-size=1g)"
+        )
     fd_ok = limit - FD_HEADROOM >= MIN_SHARED_TENSORS
     if not fd_ok and "file_system" not in report["sharing_strategies"]:
-        problems.append(f"the open-file hard limit ({hard}) is too low and file_system sharing is unavailable")
+        problems.append(
+            f"the open-file hard limit ({hard}) is too low and file_system sharing is unavailable"
+        )
     method = "forkserver" if "forkserver" in report["start_methods"] else "spawn"
     cores = report["cores_usable"]
     report["recommended"] = {
@@ -87,13 +100,30 @@ def _print(r: dict[str, Any]) -> None:
     rows = [
         ("python / torch", f"{r['python']} / {r['torch']} ({r['torch_build']} build)"),
         ("CPU cores", f"{r['cores_usable']} usable of {r['cores_total']}"),
-        ("sharing strategies", f"{', '.join(r['sharing_strategies'])} (default {r['default_sharing_strategy']})"),
+        (
+            "sharing strategies",
+            f"{', '.join(r['sharing_strategies'])} (default {r['default_sharing_strategy']})",
+        ),
         ("start methods", ", ".join(r["start_methods"])),
-        ("open files", f"soft {of['soft']}, hard {of['hard']}: about {of['shared_tensors_file_descriptor']} "
-                       "shared tensors under file_descriptor (the soft limit is raised as needed)"),
-        ("/dev/shm", "absent" if shm["size_mib"] is None else f"{shm['free_mib']} MiB free of {shm['size_mib']} MiB"),
-        ("CUDA", ", ".join(f"cuda:{d['index']} {d['name']} ({d['memory_gib']} GiB)" for d in cuda["devices"])
-         if cuda["available"] else f"none: {cuda['why']}"),
+        (
+            "open files",
+            f"soft {of['soft']}, hard {of['hard']}: about {of['shared_tensors_file_descriptor']} "
+            "shared tensors under file_descriptor (the soft limit is raised as needed)",
+        ),
+        (
+            "/dev/shm",
+            "absent"
+            if shm["size_mib"] is None
+            else f"{shm['free_mib']} MiB free of {shm['size_mib']} MiB",
+        ),
+        (
+            "CUDA",
+            ", ".join(
+                f"cuda:{d['index']} {d['name']} ({d['memory_gib']} GiB)" for d in cuda["devices"]
+            )
+            if cuda["available"]
+            else f"none: {cuda['why']}",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:

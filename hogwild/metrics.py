@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 class NullSink:
@@ -58,7 +59,9 @@ class TensorBoardSink(NullSink):
     def hparams(self, hparams, metrics):
         # run_name="." keeps the hparams in this run's folder instead of a new timestamped one,
         # so the HParams tab of a sweep shows one row per run.
-        clean = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
+        clean = {
+            k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()
+        }
         final = {f"hparam/{k}": float(v) for k, v in metrics.items() if v is not None}
         self.writer.add_hparams(clean, final, run_name=".")
 
@@ -101,10 +104,12 @@ class ProgressWindow:
     so its own cost stays flat however chatty the workers are.
     """
 
-    def __init__(self, interval: float = 0.5):
+    def __init__(self, interval: float = 0.5, samples_seen: int = 0):
         self.interval = interval
         self.last_loss: dict[int, float] = {}  # latest mean loss per rank (for final_train_loss)
-        self.samples_seen = 0
+        self.samples_seen = (
+            samples_seen  # all workers together, a resumed run's earlier ones included
+        )
         self._reset()
 
     def _reset(self) -> None:

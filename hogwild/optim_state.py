@@ -12,12 +12,14 @@ increments can race, so the shared `step` may fall a little short of the true nu
 
 from __future__ import annotations
 
-from typing import Callable
+import logging
+from collections.abc import Callable
 
 import torch
 
-from hogwild.config import ConfigError
+from hogwild.errors import ConfigError
 
+log = logging.getLogger("hogwild")
 State = list[dict[str, torch.Tensor]]  # one dict per parameter, in model.parameters() order
 
 
@@ -31,27 +33,39 @@ def build(factory: Callable[..., torch.optim.Optimizer], params: list[torch.Tens
         for c in clones:
             c.grad = torch.zeros_like(c)
         optimizer.step()
-    except RuntimeError:  # an optimizer for sparse gradients only (SparseAdam): give it sparse zeros
+    except (
+        RuntimeError
+    ):  # an optimizer for sparse gradients only (SparseAdam): give it sparse zeros
         for c in clones:
             c.grad = torch.zeros_like(c).to_sparse()
         try:
             optimizer.step()
         except RuntimeError as e:
-            raise ConfigError(f"optimizer.shared=true: {name} could not build its state ({e}); "
-                              "use optimizer.shared=false") from None
+            raise ConfigError(
+                f"optimizer.shared=true: {name} could not build its state ({e}); "
+                "use optimizer.shared=false"
+            ) from None
     states = []
     for c in clones:
         state = optimizer.state.get(c, {})
         if not state:
-            raise ConfigError(f"optimizer.shared=true: {name} keeps no per-parameter state, so there is nothing to share; "
-                              "use optimizer.shared=false")
+            raise ConfigError(
+                f"optimizer.shared=true: {name} keeps no per-parameter state, so there is nothing to share; "
+                "use optimizer.shared=false"
+            )
         not_tensors = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
         if not_tensors:
-            raise ConfigError(f"optimizer.shared=true: {name} keeps {', '.join(not_tensors)} as plain Python values, "
-                              "which cannot be shared between processes; use optimizer.shared=false")
+            raise ConfigError(
+                f"optimizer.shared=true: {name} keeps {', '.join(not_tensors)} as plain Python values, "
+                "which cannot be shared between processes; use optimizer.shared=false"
+            )
         fresh = {k: v.detach().clone().zero_() for k, v in state.items()}
         # Adagrad's sum starts at initial_accumulator_value, not zero: keep what its constructor made
-        if hasattr(optimizer, "defaults") and "initial_accumulator_value" in optimizer.defaults and "sum" in fresh:
+        if (
+            hasattr(optimizer, "defaults")
+            and "initial_accumulator_value" in optimizer.defaults
+            and "sum" in fresh
+        ):
             fresh["sum"].fill_(optimizer.defaults["initial_accumulator_value"])
         states.append(fresh)
     return states
@@ -64,7 +78,9 @@ def restore(states: State, saved: State) -> str | None:
         return f"it holds state for {len(saved)} parameters, this model has {len(states)}"
     for i, (state, old) in enumerate(zip(states, saved)):
         if set(state) != set(old):
-            return f"parameter {i} has state {sorted(old)} there, this optimizer keeps {sorted(state)}"
+            return (
+                f"parameter {i} has state {sorted(old)} there, this optimizer keeps {sorted(state)}"
+            )
         for k, t in state.items():
             if t.shape != old[k].shape:
                 return f"parameter {i}'s {k} has shape {tuple(old[k].shape)} there, {tuple(t.shape)} here"
@@ -73,6 +89,26 @@ def restore(states: State, saved: State) -> str | None:
             for k, t in state.items():
                 t.copy_(old[k])
     return None
+
+
+def restore_or_warn(states: State, saved: State | None, path: str) -> None:
+    """A resumed run continues the shared moments it saved; when it cannot, it says so."""
+    if saved is None:
+        log.warning(
+            "%s holds no shared optimizer state (written with optimizer.shared=false): "
+            "the shared state starts fresh",
+            path,
+        )
+        return
+    reason = restore(states, saved)
+    if reason:
+        log.warning(
+            "the optimizer state in %s does not fit this optimizer (%s): it starts fresh",
+            path,
+            reason,
+        )
+    else:
+        log.info("resumed the shared optimizer state (step %s)", steps(states))
 
 
 def share(states: State) -> State:

@@ -24,14 +24,13 @@ its exit code or the signal that killed it.
 from __future__ import annotations
 
 import dataclasses
-import signal
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 
 from hogwild import staleness
 from hogwild.config import ScheduleConfig
-
 
 # ---- orchestrator -> worker -------------------------------------------------------------------
 
@@ -41,26 +40,17 @@ class WorkerSpec:
     """The few plain values a worker needs; never the whole config (it must pickle under spawn)."""
 
     num_workers: int
-    epochs: int
-    batch_size: int
-    seed: int  # worker `rank` seeds torch with seed + rank; epoch permutations use seed + epoch
+    seed: int  # worker `rank` seeds torch with seed + rank
     threads: int  # intra-op threads, set before any torch work
     sharing_strategy: str
     device: str
     log_every_n_steps: int
     optimizer_factory: Callable[..., torch.optim.Optimizer]  # called on the shared parameters
-    loss_fn: Callable[..., torch.Tensor]
-    skip_nonfinite: bool  # skip a batch whose loss is NaN/inf instead of failing the run
-    channels_last: bool  # 4-D batches go to the model in channels_last layout
+    skip_nonfinite: bool  # skip a step whose loss is NaN/inf instead of failing the run
     schedule: ScheduleConfig  # learning-rate rules, driven by the global sample count
+    total_units: int  # samples (or environment steps) of the whole run: the schedule's 100%
     orchestrator_pid: int  # the worker exits by itself when this process is gone
-
-
-class TrainData(NamedTuple):
-    """The training split, in shared memory (or on the GPU). The test split stays home."""
-
-    train_x: torch.Tensor
-    train_y: torch.Tensor
+    task: Any  # the workload's worker half (hogwild.workloads): what one worker does, step by step
 
 
 class Control:
@@ -79,7 +69,9 @@ class Control:
         self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()
         # One shared table, one storage (one fd to pass under file_descriptor): the progress
         # columns, then each rank's staleness histogram (hogwild.staleness). A rank writes its row only.
-        self.table = torch.zeros(num_workers, 4 + staleness.COLUMNS, dtype=torch.int64).share_memory_()
+        self.table = torch.zeros(
+            num_workers, 4 + staleness.COLUMNS, dtype=torch.int64
+        ).share_memory_()
         self._views()
 
     def _views(self) -> None:
@@ -104,10 +96,8 @@ class Hello(NamedTuple):
     """First message: proves which per-process settings the worker really runs with."""
 
     rank: int
-    pid: int
     sharing_strategy: str
     num_threads: int
-    t: float  # time.monotonic() (system-wide on Linux, so comparable across processes)
 
 
 class Progress(NamedTuple):
@@ -137,7 +127,6 @@ class Log(NamedTuple):
 
 class Done(NamedTuple):
     rank: int
-    stopped_early: bool  # True when the stop flag ended the worker before its last epoch
 
 
 class Failure(NamedTuple):
@@ -147,28 +136,3 @@ class Failure(NamedTuple):
     kind: str  # "exception" | "nonfinite"
     message: str
     traceback: str
-
-
-Message = Hello | Progress | EpochEnd | Log | Done | Failure
-
-
-class WorkerError(RuntimeError):
-    """A worker failed; `rank` and `reason` are what the user is shown."""
-
-    def __init__(self, rank: int, reason: str, details: str = ""):
-        super().__init__(f"worker {rank} failed: {reason}")
-        self.rank = rank
-        self.reason = reason
-        self.details = details
-
-
-def describe_exit(exitcode: Any) -> str:
-    """'exit code 3' or 'killed by SIGKILL' for a process's exitcode."""
-    if exitcode is None:
-        return "still running"
-    if exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exit code {exitcode}"

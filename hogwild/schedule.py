@@ -34,13 +34,21 @@ def factor(cfg: ScheduleConfig, fraction: float) -> float:
 
 
 def worker_scale(cfg: ScheduleConfig, num_workers: int) -> float:
-    return {"none": 1.0, "linear": float(num_workers), "sqrt": math.sqrt(num_workers)}[cfg.scale_lr_with_workers]
+    return {"none": 1.0, "linear": float(num_workers), "sqrt": math.sqrt(num_workers)}[
+        cfg.scale_lr_with_workers
+    ]
 
 
 class Scheduler:
     """Set in each worker on its own optimizer; `update` costs a few float writes."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, cfg: ScheduleConfig, num_workers: int, total_samples: int):
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        cfg: ScheduleConfig,
+        num_workers: int,
+        total_samples: int,
+    ):
         self.optimizer, self.cfg, self.total = optimizer, cfg, max(total_samples, 1)
         scale = worker_scale(cfg, num_workers)
         self.base = [group["lr"] * scale for group in optimizer.param_groups]

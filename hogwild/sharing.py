@@ -8,12 +8,12 @@ from __future__ import annotations
 import multiprocessing.forkserver
 import resource
 import shutil
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 import torch.multiprocessing as mp
 
-from hogwild.config import HogwildError
+from hogwild.errors import PreflightError
 
 SHM_DIR = "/dev/shm"
 # fds a process needs besides the shared tensors: stdio, pipes, sentinels, imported libraries
@@ -21,10 +21,6 @@ FD_HEADROOM = 256
 # fds a forkserver start sends besides the shared storages: the worker's pipe and the like (3),
 # and the 4 of its own (multiprocessing.forkserver.connect_to_new_process)
 FORKSERVER_EXTRA_FDS = 3 + 4
-
-
-class PreflightError(HogwildError):
-    pass
 
 
 def set_sharing_strategy(strategy: str) -> None:

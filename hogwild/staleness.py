@@ -48,7 +48,10 @@ def summarize(table: np.ndarray) -> dict | None:
     overall = stats(total)
     if overall is None:
         return None
-    return {**overall, "per_worker": [{"rank": r, **(stats(row) or {})} for r, row in enumerate(table)]}
+    return {
+        **overall,
+        "per_worker": [{"rank": r, **(stats(row) or {})} for r, row in enumerate(table)],
+    }
 
 
 def scalars(table: np.ndarray) -> dict[str, float]:

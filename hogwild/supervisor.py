@@ -3,25 +3,22 @@
 The supervisor waits on every worker's pipe *and* every process sentinel at once
 (`multiprocessing.connection.wait`), so a worker that dies silently — SIGKILL, segfault,
 `os._exit` — is noticed as soon as the kernel reaps it, not when a message fails to arrive.
-Stopping is graded: the trainer raises the shared stop flag and keeps draining for a grace
-period; `terminate` then sends SIGTERM, waits a little, sends SIGKILL and joins everything.
+Stopping is graded: the orchestrator raises the shared stop flag and keeps draining for a grace
+period (hogwild.run_state decides when it is over); `terminate` then sends SIGTERM, waits a
+little, sends SIGKILL and joins everything.
 """
 
 from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any
 
 import torch.multiprocessing as mp
 
-
-class Exited(NamedTuple):
-    """A worker process is gone; `exitcode` is negative for a signal."""
-
-    rank: int
-    exitcode: int
+from hogwild.run_state import Exited
 
 
 def prestart(start_method: str) -> None:
@@ -42,10 +39,15 @@ def prestart(start_method: str) -> None:
 
 
 class Supervisor:
-    def __init__(self, start_method: str, target: Callable[..., None], args: Callable[[int], tuple[Any, ...]]):
+    def __init__(
+        self,
+        start_method: str,
+        target: Callable[..., None],
+        args: Callable[[int], tuple[Any, ...]],
+        ctx: Any = None,  # a multiprocessing context (the unit tests pass one of fake processes)
+    ):
         # A context, never mp.set_start_method: a Hydra multirun starts several runs in one process.
-        self.ctx = mp.get_context(start_method)
-        prestart(start_method)
+        self.ctx = ctx or mp.get_context(start_method)
         self.target, self.args = target, args
         self.procs: dict[int, Any] = {}
         self.conns: dict[int, Any] = {}
@@ -53,7 +55,10 @@ class Supervisor:
     def start(self, rank: int) -> None:
         reader, writer = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(
-            target=self.target, args=(rank, *self.args(rank), writer), name=f"hogwild-worker-{rank}", daemon=True
+            target=self.target,
+            args=(rank, *self.args(rank), writer),
+            name=f"hogwild-worker-{rank}",
+            daemon=True,
         )
         # The child inherits a blocked SIGINT and unblocks it only once it ignores it, so a
         # Ctrl-C during its start-up cannot kill it with a KeyboardInterrupt traceback.
@@ -96,23 +101,18 @@ class Supervisor:
         if conn is not None:
             conn.close()
 
-    def terminate(self, wait_seconds: float = 2.0) -> list[Exited]:
+    def terminate(self, wait_seconds: float = 2.0) -> None:
         """SIGTERM every live worker, SIGKILL what is left after `wait_seconds`, join all."""
-        gone = []
         for send in ("terminate", "kill"):  # SIGTERM, then SIGKILL
             for proc in self.procs.values():
                 if proc.is_alive():
                     getattr(proc, send)()
             deadline = time.monotonic() + wait_seconds
             while self.procs and time.monotonic() < deadline:
-                for event in self.events(timeout=max(0.0, deadline - time.monotonic())):
-                    if isinstance(event, Exited):
-                        gone.append(event)
+                for _ in self.events(timeout=max(0.0, deadline - time.monotonic())):
+                    pass  # messages of workers being stopped are no longer news
         for rank in list(self.procs):
-            proc = self.procs.pop(rank)
-            proc.join()
-            gone.append(Exited(rank, proc.exitcode))
+            self.procs.pop(rank).join()
             self._close(rank)
         for rank in list(self.conns):
             self._close(rank)
-        return gone

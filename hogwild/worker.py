@@ -1,9 +1,12 @@
-"""The training process. One per rank; every one trains the same shared parameters, lock-free.
+"""The worker process. One per rank; every one trains the same shared parameters, lock-free.
 
 A worker is a polite tenant: before any torch work it sets the sharing strategy, its thread
-count and its seed; it reads its own disjoint shard of each epoch's permutation straight out of
-the shared data tensors; it reports small messages (see protocol.py) and never touches
-TensorBoard, progress bars or files.
+count and its seed; then it hands a `WorkerContext` to the workload's task (hogwild.workloads),
+which decides what one step is (a batch of the shared data, a rollout in an environment). The
+context does the rest of every step the same way for every workload: the non-finite check, the
+staleness count, the learning-rate schedule, the optimizer step on the shared parameters, the
+progress counters and the reports (see protocol.py). A worker never touches TensorBoard,
+progress bars or files.
 """
 
 from __future__ import annotations
@@ -20,24 +23,11 @@ import traceback
 
 import torch
 
-from hogwild import optim_state, protocol, staleness
-from hogwild.device import HostBatches
+from hogwild import optim_state, staleness
+from hogwild.protocol import Control, Done, EpochEnd, Failure, Hello, Log, Progress, WorkerSpec
 from hogwild.schedule import Scheduler
-from hogwild.protocol import Control, WorkerSpec
 
 PR_SET_PDEATHSIG = 1
-
-
-def epoch_permutation(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
-    """The same permutation in every process: seeded by (seed, epoch) only."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(num_samples, generator=g)
-
-
-def shard(perm: torch.Tensor, rank: int, num_workers: int) -> torch.Tensor:
-    """Rank's disjoint slice of the permutation; sizes differ by at most one sample."""
-    n = perm.numel()
-    return perm[rank * n // num_workers : (rank + 1) * n // num_workers]
 
 
 def _die_with_orchestrator(orchestrator_pid: int) -> None:
@@ -77,12 +67,12 @@ class _PipeLogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.conn.send(protocol.Log(self.rank, record.levelno, self.format(record)))
-        except Exception:  # the orchestrator is gone; logging must never raise
+            self.conn.send(Log(self.rank, record.levelno, self.format(record)))
+        except Exception:  # noqa: BLE001 - the orchestrator is gone; logging must never raise
             pass
 
 
-def run_worker(rank: int, spec: WorkerSpec, model, data, control: Control, optimizer_state, conn) -> None:
+def run_worker(rank: int, spec: WorkerSpec, model, control: Control, optimizer_state, conn) -> None:
     """Entry point of a worker process (a top-level function, so it pickles under spawn)."""
     # Ctrl-C reaches the whole process group; only the orchestrator decides what it means.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -102,18 +92,20 @@ def run_worker(rank: int, spec: WorkerSpec, model, data, control: Control, optim
     code = 0
     try:
         conn.send(
-            protocol.Hello(
-                rank, os.getpid(), torch.multiprocessing.get_sharing_strategy(), torch.get_num_threads(), time.monotonic()
-            )
+            Hello(rank, torch.multiprocessing.get_sharing_strategy(), torch.get_num_threads())
         )
-        stopped_early = _train(rank, spec, model, data, control, optimizer_state, conn)
-        conn.send(protocol.Done(rank, stopped_early))
-    except _NonFinite as e:
+        context = WorkerContext(rank, spec, model, control, optimizer_state, conn)
+        spec.task.run(context)
+        context.report.flush()
+        conn.send(Done(rank))
+    except NonFinite as e:
         code = 1
-        _report_failure(conn, protocol.Failure(rank, "nonfinite", str(e), ""))
+        _report_failure(conn, Failure(rank, "nonfinite", str(e), ""))
     except BaseException as e:  # noqa: BLE001 - every failure must reach the orchestrator
         code = 1
-        _report_failure(conn, protocol.Failure(rank, "exception", f"{type(e).__name__}: {e}", traceback.format_exc()))
+        _report_failure(
+            conn, Failure(rank, "exception", f"{type(e).__name__}: {e}", traceback.format_exc())
+        )
     finally:
         conn.close()
         # Skip interpreter teardown (about a second with torch loaded, under spawn): nothing
@@ -123,15 +115,15 @@ def run_worker(rank: int, spec: WorkerSpec, model, data, control: Control, optim
         os._exit(code)
 
 
-def _report_failure(conn, failure: protocol.Failure) -> None:
+def _report_failure(conn, failure: Failure) -> None:
     try:
         conn.send(failure)
     except OSError:
         pass
 
 
-class _NonFinite(RuntimeError):
-    pass
+class NonFinite(RuntimeError):
+    """A non-finite loss, with skip_nonfinite=false: the run fails (a restart would not help)."""
 
 
 class _Reporter:
@@ -162,71 +154,112 @@ class _Reporter:
             return
         total = float(self.loss_sum)
         if not math.isfinite(total):
-            raise _NonFinite(f"worker {self.rank}: non-finite loss in the last {self.steps} steps")
+            raise NonFinite(f"worker {self.rank}: non-finite loss in the last {self.steps} steps")
         lr = float(self.optimizer.param_groups[0]["lr"])
-        self.conn.send(protocol.Progress(self.rank, self.steps, self.samples, total, self.t_first, self.t_last, lr))
+        self.conn.send(
+            Progress(self.rank, self.steps, self.samples, total, self.t_first, self.t_last, lr)
+        )
         self._reset()
 
 
-def _train(rank: int, spec: WorkerSpec, model, data, control: Control, optimizer_state, conn) -> bool:
-    """The hot loop. Returns True when the stop flag ended it early."""
-    device = torch.device(spec.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    train_x, train_y = data.train_x, data.train_y
-    stop = control.stop.numpy()  # numpy views: a flag read or a counter write costs nanoseconds
-    progress = control.progress.numpy()[rank]
-    all_steps = control.progress.numpy()[:, Control.STEPS]  # every rank's step count (others' updates)
-    all_samples = control.progress.numpy()[:, Control.SAMPLES]  # the global sample count drives the lr
-    stale_row = control.staleness.numpy()[rank]
-    model.train()
-    optimizer = spec.optimizer_factory(model.parameters())
-    if optimizer_state:  # optimizer.shared=true: adopt the one state every worker updates
-        optim_state.attach(optimizer, list(model.parameters()), optimizer_state)
-    scheduler = Scheduler(optimizer, spec.schedule, spec.num_workers, spec.epochs * train_x.shape[0])
-    report = _Reporter(conn, rank, optimizer, device)
-    # data left in host memory for a CUDA run: batches staged through pinned buffers
-    to_device = HostBatches(train_x, train_y, spec.batch_size, device) if train_x.device != device else None
-    check_each_step = device.type == "cpu" or spec.skip_nonfinite
-    # Where this rank starts: 0/0 for a fresh run; a replacement worker or a resumed run
-    # continues the shard at the first batch not yet applied.
-    start_epoch, start_batch = int(progress[Control.EPOCH]), int(progress[Control.BATCH])
-    for epoch in range(start_epoch, spec.epochs):
-        indices = shard(epoch_permutation(train_x.shape[0], spec.seed, epoch), rank, spec.num_workers)
-        indices = indices.to(train_x.device)
-        num_batches = math.ceil(indices.numel() / spec.batch_size)
-        for b in range(start_batch if epoch == start_epoch else 0, num_batches):
-            if stop[0]:
-                report.flush()
-                return True
-            idx = indices[b * spec.batch_size : (b + 1) * spec.batch_size]
-            x, y = to_device(idx) if to_device else (train_x.index_select(0, idx), train_y.index_select(0, idx))
-            if spec.channels_last and x.dim() == 4:  # a no-op for 1-channel images
-                x = x.contiguous(memory_format=torch.channels_last)
-            optimizer.zero_grad(set_to_none=True)
-            read_at = int(all_steps.sum())  # updates applied so far, as this step reads the weights
-            loss = spec.loss_fn(model(x), y)
-            # On the CPU reading the loss is free, so a bad batch is caught before its update
-            # reaches the shared weights. On CUDA that is a sync per step: checked per report,
-            # unless the user asked to skip bad batches.
-            value = loss.item() if check_each_step else loss.detach()
-            if check_each_step and not math.isfinite(value):
-                if spec.skip_nonfinite:
-                    continue
-                raise _NonFinite(f"worker {rank}: non-finite loss ({value}) at epoch {epoch}, batch {b}")
-            loss.backward()
-            staleness.record(stale_row, int(all_steps.sum()) - read_at)  # others' updates since the read
-            if scheduler.active:
-                scheduler.update(int(all_samples.sum()))
-            optimizer.step()
-            n = idx.numel()
-            report.step(value, n)
-            progress[Control.BATCH] = b + 1
-            progress[Control.SAMPLES] += n
-            progress[Control.STEPS] += 1
-            if report.steps == spec.log_every_n_steps:
-                report.flush()
-        progress[Control.EPOCH], progress[Control.BATCH] = epoch + 1, 0
-        report.flush()
-        conn.send(protocol.EpochEnd(rank, epoch))
-    return False
+class WorkerContext:
+    """What a workload's task sees of the framework inside one worker.
+
+    A task's step is: `begin()`, forward, `step(loss, units, batch)`. The context owns the
+    rest, identically for every workload."""
+
+    def __init__(
+        self,
+        rank: int,
+        spec: WorkerSpec,
+        model: torch.nn.Module,
+        control: Control,
+        optimizer_state,
+        conn,
+    ):
+        self.rank, self.num_workers, self.seed, self.model, self.conn = (
+            rank,
+            spec.num_workers,
+            spec.seed,
+            model,
+            conn,
+        )
+        self.device = torch.device(spec.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self._stop = (
+            control.stop.numpy()
+        )  # numpy views: a flag read or a counter write costs nanoseconds
+        self._row = control.progress.numpy()[rank]
+        self._all_steps = control.progress.numpy()[
+            :, Control.STEPS
+        ]  # every rank's steps (others' updates)
+        self._all_samples = control.progress.numpy()[
+            :, Control.SAMPLES
+        ]  # the global count drives the lr
+        self._stale_row = control.staleness.numpy()[rank]
+        model.train()
+        self.optimizer = spec.optimizer_factory(model.parameters())
+        if optimizer_state:  # optimizer.shared=true: adopt the one state every worker updates
+            optim_state.attach(self.optimizer, list(model.parameters()), optimizer_state)
+        self.scheduler = Scheduler(
+            self.optimizer, spec.schedule, spec.num_workers, spec.total_units
+        )
+        self.report = _Reporter(conn, rank, self.optimizer, self.device)
+        self.log_every = spec.log_every_n_steps
+        self.skip_nonfinite = spec.skip_nonfinite
+        # On the CPU reading the loss is free, so a bad batch is caught before its update
+        # reaches the shared weights. On CUDA that is a sync per step: checked per report,
+        # unless the user asked to skip bad batches.
+        self.check_each_step = self.device.type == "cpu" or spec.skip_nonfinite
+        self._read_at = 0
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(epoch, batch) where this rank goes on: 0/0 for a fresh run; a replacement worker or
+        a resumed run continues at the first batch not yet applied."""
+        return int(self._row[Control.EPOCH]), int(self._row[Control.BATCH])
+
+    def stopping(self) -> bool:
+        return bool(self._stop[0])
+
+    def global_units(self) -> int:
+        """Samples (or environment steps) of all workers together so far."""
+        return int(self._all_samples.sum())
+
+    def begin(self) -> None:
+        """Before the forward pass: fresh gradients, and the update count the read sees."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self._read_at = int(self._all_steps.sum())
+
+    def step(self, loss: torch.Tensor, units: int, batch: int) -> bool:
+        """Backward and update the shared weights; `batch` is where this rank stands in its
+        epoch once this step is done. False when a non-finite batch was skipped."""
+        value = loss.item() if self.check_each_step else loss.detach()
+        if self.check_each_step and not math.isfinite(value):
+            if self.skip_nonfinite:
+                return False
+            raise NonFinite(
+                f"worker {self.rank}: non-finite loss ({value}) at epoch {self.position[0]}, "
+                f"batch {batch - 1}"
+            )
+        loss.backward()
+        staleness.record(
+            self._stale_row, int(self._all_steps.sum()) - self._read_at
+        )  # others' updates since
+        if self.scheduler.active:
+            self.scheduler.update(self.global_units())
+        self.optimizer.step()
+        self.report.step(value, units)
+        row = self._row
+        row[Control.BATCH] = batch
+        row[Control.SAMPLES] += units
+        row[Control.STEPS] += 1
+        if self.report.steps == self.log_every:
+            self.report.flush()
+        return True
+
+    def end_epoch(self, epoch: int) -> None:
+        self._row[Control.EPOCH], self._row[Control.BATCH] = epoch + 1, 0
+        self.report.flush()
+        self.conn.send(EpochEnd(self.rank, epoch))

@@ -1,4 +1,5 @@
-"""Framework vs a plain Hogwild loop: `python scripts/bench.py --quick` (see hogwild/bench.py)."""
+"""Framework vs a plain Hogwild loop: `python scripts/bench.py --quick` (see hogwild/bench/)."""
+
 import sys
 
 from hogwild.bench import main

@@ -38,7 +38,11 @@ def classic(samples: int) -> None:
         def __init__(self):
             super().__init__()
             self.conv1, self.conv2 = nn.Conv2d(1, 10, 5), nn.Conv2d(10, 20, 5)
-            self.conv2_drop, self.fc1, self.fc2 = nn.Dropout2d(), nn.Linear(320, 50), nn.Linear(50, 10)
+            self.conv2_drop, self.fc1, self.fc2 = (
+                nn.Dropout2d(),
+                nn.Linear(320, 50),
+                nn.Linear(50, 10),
+            )
 
         def forward(self, x):
             x = F.relu(F.max_pool2d(self.conv1(x), 2))
@@ -57,7 +61,12 @@ def classic(samples: int) -> None:
 
         def __getitem__(self, i):  # what torchvision's MNIST + ToTensor + Normalize do per sample
             img = Image.fromarray(self.x[i])  # 2-D uint8: mode "L", as MNIST does
-            t = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(1, 28, 28).float().div(255)
+            t = (
+                torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
+                .view(1, 28, 28)
+                .float()
+                .div(255)
+            )
             return (t - 0.1307) / 0.3081, int(self.y[i])
 
     def train(rank, model, dataset):
@@ -85,12 +94,16 @@ def classic(samples: int) -> None:
             F.nll_loss(model(data), target, reduction="sum")
 
 
-def timed(cmd: list[str], cwd: str, env: dict | None = None, stall_seconds: float = 15.0) -> float | None:
+def timed(
+    cmd: list[str], cwd: str, env: dict | None = None, stall_seconds: float = 15.0
+) -> float | None:
     """Wall seconds of a whole process tree, or None when it hung (no CPU used for a while)."""
     import psutil
 
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL
+    )
     root, last_cpu, last_change = psutil.Process(proc.pid), -1.0, time.monotonic()
     while proc.poll() is None:
         time.sleep(0.5)
@@ -117,12 +130,25 @@ def timed(cmd: list[str], cwd: str, env: dict | None = None, stall_seconds: floa
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--samples", type=int, default=60_000, help="training set size (each process passes over it once)")
-    p.add_argument("--start-method", default="forkserver", help="the framework's trainer.start_method")
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=60_000,
+        help="training set size (each process passes over it once)",
+    )
+    p.add_argument(
+        "--start-method", default="forkserver", help="the framework's trainer.start_method"
+    )
     p.add_argument("--json", help="also write the figures here")
-    p.add_argument("--stall-seconds", type=float, default=15.0,
-                   help="a process tree that uses no CPU this long is reported as hung and killed (default 15)")
-    p.add_argument("--classic-only", action="store_true", help=argparse.SUPPRESS)  # the child process
+    p.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=15.0,
+        help="a process tree that uses no CPU this long is reported as hung and killed (default 15)",
+    )
+    p.add_argument(
+        "--classic-only", action="store_true", help=argparse.SUPPRESS
+    )  # the child process
     args = p.parse_args(argv)
     if args.classic_only:
         classic(args.samples)
@@ -130,16 +156,36 @@ def main(argv: list[str] | None = None) -> int:
 
     total = args.samples * PROCESSES
     with tempfile.TemporaryDirectory() as tmp:
-        classic_cmd = [sys.executable, os.path.abspath(__file__), "--classic-only", "--samples", str(args.samples)]
+        classic_cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--classic-only",
+            "--samples",
+            str(args.samples),
+        ]
         # as published: no thread cap. On torch 2.13 here its workers hang (OpenMP after fork:
         # the parent's share_memory() starts the thread pool), so the capped variant runs too.
         classic_s = timed(classic_cmd, tmp, stall_seconds=args.stall_seconds)
-        capped_s = timed(classic_cmd, tmp, env={"OMP_NUM_THREADS": "1"}, stall_seconds=args.stall_seconds)
-        framework_s = timed([
-            sys.executable, "-m", "hogwild", "train", "+experiment=mnist", "data=synthetic",
-            f"data.num_samples={args.samples}", f"trainer.epochs={PROCESSES}", f"trainer.num_workers={PROCESSES}",
-            f"trainer.start_method={args.start_method}", f"hydra.run.dir={tmp}/run",
-        ], tmp, stall_seconds=args.stall_seconds)
+        capped_s = timed(
+            classic_cmd, tmp, env={"OMP_NUM_THREADS": "1"}, stall_seconds=args.stall_seconds
+        )
+        framework_s = timed(
+            [
+                sys.executable,
+                "-m",
+                "hogwild",
+                "train",
+                "+experiment=mnist",
+                "data=synthetic",
+                f"data.num_samples={args.samples}",
+                f"trainer.epochs={PROCESSES}",
+                f"trainer.num_workers={PROCESSES}",
+                f"trainer.start_method={args.start_method}",
+                f"hydra.run.dir={tmp}/run",
+            ],
+            tmp,
+            stall_seconds=args.stall_seconds,
+        )
         with open(os.path.join(tmp, "run", "summary.json")) as f:
             summary = json.load(f)
     result = {
@@ -158,9 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         if s is None:
             print(f"  {name}    hung  (no CPU used for {args.stall_seconds:g} s: killed)")
         else:
-            print(f"  {name} {s:7.1f} s  ({total / s:,.0f} samples/s, {s / framework_s:.1f}x the framework's time)")
-    print(f"  hogwild {args.start_method:9} {framework_s:7.1f} s  ({total / framework_s:,.0f} samples/s; "
-          f"{summary['startup_seconds']:.1f} s start-up, {summary['train_seconds']:.1f} s training)")
+            print(
+                f"  {name} {s:7.1f} s  ({total / s:,.0f} samples/s, {s / framework_s:.1f}x the framework's time)"
+            )
+    print(
+        f"  hogwild {args.start_method:9} {framework_s:7.1f} s  ({total / framework_s:,.0f} samples/s; "
+        f"{summary['startup_seconds']:.1f} s start-up, {summary['train_seconds']:.1f} s training)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

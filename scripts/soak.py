@@ -37,15 +37,33 @@ MB = 2**20
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seconds", type=float, default=120.0, help="how long to sample the run (default 120)")
+    p.add_argument(
+        "--seconds", type=float, default=120.0, help="how long to sample the run (default 120)"
+    )
     p.add_argument("--quick", action="store_true", help="a ~30 s check (same as --seconds 30)")
-    p.add_argument("--warmup", type=float, default=None,
-                   help="seconds not judged at the start (default: a quarter of the run, 5..30 s)")
-    p.add_argument("--out", type=Path, default=None, help="folder for the run and soak.json (default: a temp folder)")
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="seconds not judged at the start (default: a quarter of the run, 5..30 s)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for the run and soak.json (default: a temp folder)",
+    )
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--start-method", default="forkserver", choices=["fork", "spawn", "forkserver"])
-    p.add_argument("--sharing-strategy", default="file_descriptor", choices=["file_descriptor", "file_system"])
-    p.add_argument("--num-samples", type=int, default=5000, help="training samples per epoch (small: short epochs)")
+    p.add_argument(
+        "--sharing-strategy", default="file_descriptor", choices=["file_descriptor", "file_system"]
+    )
+    p.add_argument(
+        "--num-samples",
+        type=int,
+        default=5000,
+        help="training samples per epoch (small: short epochs)",
+    )
     p.add_argument("--max-growth-mb", type=float, default=20.0)
     p.add_argument("--max-growth-pct", type=float, default=5.0)
     p.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
@@ -62,11 +80,21 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def run_command(args, run_dir: Path) -> list[str]:
     return [
-        sys.executable, "-m", "hogwild", "train", f"hydra.run.dir={run_dir}",
-        "data=synthetic", f"data.num_samples={args.num_samples}", "data.num_test_samples=500",
-        "model=mlp", f"trainer.num_workers={args.workers}", f"trainer.start_method={args.start_method}",
-        f"trainer.sharing_strategy={args.sharing_strategy}", "trainer.epochs=1000000",
-        "checkpoint.every_seconds=5", *args.overrides,
+        sys.executable,
+        "-m",
+        "hogwild",
+        "train",
+        f"hydra.run.dir={run_dir}",
+        "data=synthetic",
+        f"data.num_samples={args.num_samples}",
+        "data.num_test_samples=500",
+        "model=mlp",
+        f"trainer.num_workers={args.workers}",
+        f"trainer.start_method={args.start_method}",
+        f"trainer.sharing_strategy={args.sharing_strategy}",
+        "trainer.epochs=1000000",
+        "checkpoint.every_seconds=5",
+        *args.overrides,
     ]
 
 
@@ -145,7 +173,10 @@ def judge(sampler: Sampler, args) -> tuple[list[dict], list[str]]:
         samples = entry["samples"]
         judged = [m for t, m in samples if t >= args.warmup]
         row = {
-            "pid": pid, "role": entry["role"], "samples": len(samples), "first_seen_s": entry["first_seen"],
+            "pid": pid,
+            "role": entry["role"],
+            "samples": len(samples),
+            "first_seen_s": entry["first_seen"],
             "memory_kind": "pss" if samples and samples[0][1]["pss"] is not None else "rss",
         }
         for key, values in (
@@ -154,15 +185,21 @@ def judge(sampler: Sampler, args) -> tuple[list[dict], list[str]]:
             ("fds", [m["fds"] for _, m in samples]),
             ("threads", [m["threads"] for _, m in samples]),
         ):
-            row[f"{key}_first"], row[f"{key}_last"], row[f"{key}_max"] = values[0], values[-1], max(values)
+            row[f"{key}_first"], row[f"{key}_last"], row[f"{key}_max"] = (
+                values[0],
+                values[-1],
+                max(values),
+            )
         if entry["role"] == "worker":
             workers += 1
         if len(judged) < 6:
             row["growth_mb"] = row["growth_pct"] = row["fds_change"] = None
             row["verdict"] = "too short to judge"
             if entry["role"] == "worker" or entry["role"] == "orchestrator":
-                problems.append(f"{entry['role']} {pid}: only {len(judged)} samples after the warm-up "
-                                "(started late or died early)")
+                problems.append(
+                    f"{entry['role']} {pid}: only {len(judged)} samples after the warm-up "
+                    "(started late or died early)"
+                )
             rows.append(row)
             continue
         # medians of the first and last three judged samples: one sample taken mid-checkpoint
@@ -178,40 +215,56 @@ def judge(sampler: Sampler, args) -> tuple[list[dict], list[str]]:
         verdicts = []
         if growth > args.max_growth_mb * MB and row["growth_pct"] > args.max_growth_pct:
             verdicts.append("MEMORY GROWS")
-            problems.append(f"{entry['role']} {pid}: memory grew {row['growth_mb']} MiB ({row['growth_pct']}%) "
-                            "after the warm-up")
+            problems.append(
+                f"{entry['role']} {pid}: memory grew {row['growth_mb']} MiB ({row['growth_pct']}%) "
+                "after the warm-up"
+            )
         if row["fds_change"] != 0:
             verdicts.append("FDS CHANGE")
-            problems.append(f"{entry['role']} {pid}: open files went from {int(base_fds)} to {int(end_fds)} "
-                            "after the warm-up")
+            problems.append(
+                f"{entry['role']} {pid}: open files went from {int(base_fds)} to {int(end_fds)} "
+                "after the warm-up"
+            )
         row["verdict"] = ", ".join(verdicts) or "flat"
         rows.append(row)
     if workers < args.workers:
         problems.append(f"saw {workers} worker process(es), expected {args.workers}")
     elif workers > args.workers:
-        problems.append(f"saw {workers} worker processes for {args.workers} ranks: workers were replaced")
+        problems.append(
+            f"saw {workers} worker processes for {args.workers} ranks: workers were replaced"
+        )
     return rows, problems
 
 
 def print_table(rows: list[dict], args) -> None:
     mem_label = "PSS" if rows and all(r["memory_kind"] == "pss" for r in rows) else "mem"
-    header = (f"{'process':<18} {'pid':>7} {'n':>4}  {mem_label + ' MiB first/last/max':>26}  {'growth':>17}  "
-              f"{'fds first/last/max':>18}  {'thr':>3}  verdict")
+    header = (
+        f"{'process':<18} {'pid':>7} {'n':>4}  {mem_label + ' MiB first/last/max':>26}  {'growth':>17}  "
+        f"{'fds first/last/max':>18}  {'thr':>3}  verdict"
+    )
     print(header)
     print("-" * len(header))
     order = {"orchestrator": 0, "forkserver": 1, "worker": 2, "resource_tracker": 3}
     for r in sorted(rows, key=lambda r: (order.get(r["role"], 9), r["first_seen_s"], r["pid"])):
         mem = f"{r['mem_first'] / MB:7.1f}/{r['mem_last'] / MB:7.1f}/{r['mem_max'] / MB:7.1f}"
-        growth = "n/a" if r["growth_mb"] is None else f"{r['growth_mb']:+.1f} MiB {r['growth_pct']:+.1f}%"
+        growth = (
+            "n/a"
+            if r["growth_mb"] is None
+            else f"{r['growth_mb']:+.1f} MiB {r['growth_pct']:+.1f}%"
+        )
         fds = f"{r['fds_first']}/{r['fds_last']}/{r['fds_max']}"
-        print(f"{r['role']:<18} {r['pid']:>7} {r['samples']:>4}  {mem:>26}  {growth:>17}  {fds:>18}  "
-              f"{r['threads_last']:>3}  {r['verdict']}")
+        print(
+            f"{r['role']:<18} {r['pid']:>7} {r['samples']:>4}  {mem:>26}  {growth:>17}  {fds:>18}  "
+            f"{r['threads_last']:>3}  {r['verdict']}"
+        )
     total_first = sum(r["mem_first"] for r in rows)
     total_last = sum(r["mem_last"] for r in rows)
     total = f"{total_first / MB:7.1f}/{total_last / MB:7.1f}/{'':>7}"
     print(f"{'total':<18} {'':>7} {'':>4}  {total:>26}")
-    print(f"(growth: median of the last 3 samples minus median of the first 3 after a {args.warmup:.0f} s warm-up; "
-          f"'grows' = more than {args.max_growth_mb:g} MiB and {args.max_growth_pct:g}%)")
+    print(
+        f"(growth: median of the last 3 samples minus median of the first 3 after a {args.warmup:.0f} s warm-up; "
+        f"'grows' = more than {args.max_growth_mb:g} MiB and {args.max_growth_pct:g}%)"
+    )
 
 
 # ---- the run ----
@@ -241,13 +294,22 @@ def main(argv=None) -> int:
     command = run_command(args, run_dir)
     env = {**os.environ, "HOGWILD_PROGRESS": "0"}
     print(f"soak: {' '.join(command[1:])}")
-    print(f"soak: sampling for {args.seconds:.0f} s (warm-up {args.warmup:.0f} s), output in {out}", flush=True)
+    print(
+        f"soak: sampling for {args.seconds:.0f} s (warm-up {args.warmup:.0f} s), output in {out}",
+        flush=True,
+    )
     log_path = out / "run.log"
     problems: list[str] = []
     with open(log_path, "w") as log_file:
         # its own session: a Ctrl-C on this script is passed on as one SIGINT, below
-        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=out,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=out,
+            start_new_session=True,
+        )
         sampler = Sampler(proc.pid)
         deadline = time.monotonic() + args.seconds
         interrupted_by_user = False
@@ -261,15 +323,19 @@ def main(argv=None) -> int:
             problems.append("the soak was cut short by Ctrl-C")
         ended_early = proc.poll() is not None
         if ended_early:
-            problems.append(f"the run ended by itself after {time.monotonic() - sampler.t0:.0f} s "
-                            f"with exit code {proc.returncode} (see {log_path})")
+            problems.append(
+                f"the run ended by itself after {time.monotonic() - sampler.t0:.0f} s "
+                f"with exit code {proc.returncode} (see {log_path})"
+            )
         pids = sampler.pids()
         code, stop_seconds = stop_run(proc)
     if not ended_early:
         if code is None:
             problems.append("the run did not end within 60 s of SIGINT; killed")
         elif code != 130:
-            problems.append(f"the run ended with exit code {code} after SIGINT, expected 130 (see {log_path})")
+            problems.append(
+                f"the run ended with exit code {code} after SIGINT, expected 130 (see {log_path})"
+            )
     summary = None
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -295,10 +361,15 @@ def main(argv=None) -> int:
     print_table(rows, args)
     print()
     if summary:
-        print(f"run: status {summary.get('status')}, exit code {code}, stopped {stop_seconds:.1f} s after SIGINT, "
-              f"{summary.get('samples_seen', 0):,} samples, {summary.get('samples_per_second') or 0:,.0f} samples/s")
-    verdict = "flat" if not growth_problems and not run_problems else (
-        "GROWS" if growth_problems else "RUN PROBLEM")
+        print(
+            f"run: status {summary.get('status')}, exit code {code}, stopped {stop_seconds:.1f} s after SIGINT, "
+            f"{summary.get('samples_seen', 0):,} samples, {summary.get('samples_per_second') or 0:,.0f} samples/s"
+        )
+    verdict = (
+        "flat"
+        if not growth_problems and not run_problems
+        else ("GROWS" if growth_problems else "RUN PROBLEM")
+    )
     for line in run_problems + growth_problems:
         print(f"  - {line}")
     print(f"verdict: {verdict}")
@@ -311,7 +382,10 @@ def main(argv=None) -> int:
         "stop_seconds": round(stop_seconds, 2),
         "summary": summary,
         "processes": rows,
-        "samples": {str(pid): {"role": e["role"], "samples": e["samples"]} for pid, e in sampler.procs.items()},
+        "samples": {
+            str(pid): {"role": e["role"], "samples": e["samples"]}
+            for pid, e in sampler.procs.items()
+        },
     }
     (out / "soak.json").write_text(json.dumps(report, indent=1))
     print(f"soak.json: {out / 'soak.json'}")

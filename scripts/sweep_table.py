@@ -20,19 +20,27 @@ from pathlib import Path
 
 import yaml
 
+from hogwild.bench.report import pyplot
+
 FIELDS = ("status", "num_workers", "samples_per_second", "test_accuracy", "wall_seconds")
 
 
 def read_job(job: Path) -> dict:
     overrides_file = job / ".hydra" / "overrides.yaml"
-    overrides = (yaml.safe_load(overrides_file.read_text()) or []) if overrides_file.is_file() else []
+    overrides = (
+        (yaml.safe_load(overrides_file.read_text()) or []) if overrides_file.is_file() else []
+    )
     summary_file = job / "summary.json"
-    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {"status": "missing"}
+    summary = (
+        json.loads(summary_file.read_text()) if summary_file.is_file() else {"status": "missing"}
+    )
     return {"job": job.name, "overrides": list(overrides), **{k: summary.get(k) for k in FIELDS}}
 
 
 def read_sweep(folder: Path) -> list[dict]:
-    jobs = sorted((p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    jobs = sorted(
+        (p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
+    )
     return [read_job(job) for job in jobs]
 
 
@@ -49,31 +57,39 @@ def print_table(rows: list[dict]) -> None:
     common, own = varying(rows)
     print("all jobs:", " ".join(common) or "(no common overrides)")
     cells = [["job", "overrides", "status", "workers", "samples/s", "test acc %", "wall s"]] + [
-        [r["job"], " ".join(mine) or "(none)", r["status"], fmt(r["num_workers"], "d"),
-         fmt(r["samples_per_second"], ",.0f"), fmt(r["test_accuracy"] and 100 * r["test_accuracy"], ".2f"),
-         fmt(r["wall_seconds"], ".1f")]
+        [
+            r["job"],
+            " ".join(mine) or "(none)",
+            r["status"],
+            fmt(r["num_workers"], "d"),
+            fmt(r["samples_per_second"], ",.0f"),
+            fmt(r["test_accuracy"] and 100 * r["test_accuracy"], ".2f"),
+            fmt(r["wall_seconds"], ".1f"),
+        ]
         for r, mine in zip(rows, own)
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     for i, row in enumerate(cells):
-        print("  ".join(c.ljust(w) if j < 3 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))))
+        print(
+            "  ".join(
+                c.ljust(w) if j < 3 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))
+            )
+        )
         if i == 0:
             print("  ".join("-" * w for w in widths))
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        print(f"no plot written to {path}: matplotlib is not installed (pip install 'hogwild[bench]')", file=sys.stderr)
+    plt = pyplot(path)
+    if plt is None:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     lines: dict[str, list[tuple[int, float]]] = {}
     for r, mine in zip(rows, varying(rows)[1]):
         if r["num_workers"] and r["samples_per_second"]:
-            others = " ".join(o for o in mine if not o.startswith("trainer.num_workers=")) or "all jobs"
+            others = (
+                " ".join(o for o in mine if not o.startswith("trainer.num_workers=")) or "all jobs"
+            )
             lines.setdefault(others, []).append((r["num_workers"], r["samples_per_second"]))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, pts in lines.items():
@@ -90,8 +106,12 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="one table (+ sweep.json, sweep.png) for a Hydra multirun folder")
-    p.add_argument("folder", type=Path, help="the sweep folder, e.g. outputs/multirun/<date>/<time>")
+    p = argparse.ArgumentParser(
+        description="one table (+ sweep.json, sweep.png) for a Hydra multirun folder"
+    )
+    p.add_argument(
+        "folder", type=Path, help="the sweep folder, e.g. outputs/multirun/<date>/<time>"
+    )
     p.add_argument("--no-plot", action="store_true", help="skip sweep.png")
     args = p.parse_args(argv)
     if not args.folder.is_dir():

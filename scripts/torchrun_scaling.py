@@ -38,14 +38,37 @@ def run(command: list[str], run_dir: str) -> dict:
 
 
 def pair(args, folder: str, i: int) -> dict:
-    common = ["trainer.num_workers=1", "trainer.threads_per_worker=1", f"trainer.start_method={args.start_method}",
-              "data=synthetic", f"data.num_samples={args.samples}", f"trainer.epochs={args.epochs}",
-              "checkpoint.every_seconds=0"]
+    common = [
+        "trainer.num_workers=1",
+        "trainer.threads_per_worker=1",
+        f"trainer.start_method={args.start_method}",
+        "data=synthetic",
+        f"data.num_samples={args.samples}",
+        f"trainer.epochs={args.epochs}",
+        "checkpoint.every_seconds=0",
+    ]
     one_dir, two_dir = os.path.join(folder, f"one_{i}"), os.path.join(folder, f"two_{i}")
-    one = run([sys.executable, "-m", "hogwild", "train", *common, f"hydra.run.dir={one_dir}"], one_dir)
-    two = run([sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-               f"--master_port={free_port()}", "-m", "hogwild", "train", "distributed=torchrun",
-               f"distributed.sync_every_n_steps={args.sync_every}", *common, f"hydra.run.dir={two_dir}"], two_dir)
+    one = run(
+        [sys.executable, "-m", "hogwild", "train", *common, f"hydra.run.dir={one_dir}"], one_dir
+    )
+    two = run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=1",
+            "--nproc_per_node=2",
+            f"--master_port={free_port()}",
+            "-m",
+            "hogwild",
+            "train",
+            "distributed=torchrun",
+            f"distributed.sync_every_n_steps={args.sync_every}",
+            *common,
+            f"hydra.run.dir={two_dir}",
+        ],
+        two_dir,
+    )
     d = two["distributed"]
     nodes = d["per_node"]
     strict = sum(n["total_samples"] for n in nodes) / max(n["train_seconds"] for n in nodes)
@@ -65,28 +88,40 @@ def pair(args, folder: str, i: int) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pairs", type=int, default=3, help="one-node / two-node pairs to run (default 3)")
-    p.add_argument("--samples", type=int, default=60_000, help="training samples in all (default 60,000)")
+    p.add_argument(
+        "--pairs", type=int, default=3, help="one-node / two-node pairs to run (default 3)"
+    )
+    p.add_argument(
+        "--samples", type=int, default=60_000, help="training samples in all (default 60,000)"
+    )
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--sync-every", type=int, default=50, help="distributed.sync_every_n_steps (default 50)")
+    p.add_argument(
+        "--sync-every", type=int, default=50, help="distributed.sync_every_n_steps (default 50)"
+    )
     p.add_argument("--start-method", default="forkserver")
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="hogwild-torchrun-") as folder:
-        print(f"{'pair':>4} {'1 node/s':>10} {'2 nodes/s':>10} {'per node':>17} {'strict/s':>10} "
-              f"{'ratio':>6} {'strict':>6} {'rounds':>6} {'sync s':>7} {'accuracy 1 / 2':>15}")
+        print(
+            f"{'pair':>4} {'1 node/s':>10} {'2 nodes/s':>10} {'per node':>17} {'strict/s':>10} "
+            f"{'ratio':>6} {'strict':>6} {'rounds':>6} {'sync s':>7} {'accuracy 1 / 2':>15}"
+        )
         for i in range(args.pairs):
             r = pair(args, folder, i)
             rows.append(r)
-            print(f"{i + 1:>4} {r['one_node']:>10,.0f} {r['two_nodes']:>10,.0f} "
-                  f"{r['per_node'][0]:>8,.0f} {r['per_node'][1]:>8,.0f} {r['two_nodes_strict']:>10,.0f} "
-                  f"{r['ratio']:>5.2f}x {r['ratio_strict']:>5.2f}x {r['sync_rounds']:>6} {r['sync_seconds']:>7.3f} "
-                  f"{100 * r['accuracy'][0]:>6.2f}/{100 * r['accuracy'][1]:.2f}%")
+            print(
+                f"{i + 1:>4} {r['one_node']:>10,.0f} {r['two_nodes']:>10,.0f} "
+                f"{r['per_node'][0]:>8,.0f} {r['per_node'][1]:>8,.0f} {r['two_nodes_strict']:>10,.0f} "
+                f"{r['ratio']:>5.2f}x {r['ratio_strict']:>5.2f}x {r['sync_rounds']:>6} {r['sync_seconds']:>7.3f} "
+                f"{100 * r['accuracy'][0]:>6.2f}/{100 * r['accuracy'][1]:.2f}%"
+            )
     ratios = [r["ratio"] for r in rows]
     strict = [r["ratio_strict"] for r in rows]
-    print(f"median: two nodes {statistics.median(ratios):.2f}x one node (strict {statistics.median(strict):.2f}x); "
-          f"range {min(ratios):.2f}-{max(ratios):.2f}x; target >= 1.7x")
+    print(
+        f"median: two nodes {statistics.median(ratios):.2f}x one node (strict {statistics.median(strict):.2f}x); "
+        f"range {min(ratios):.2f}-{max(ratios):.2f}x; target >= 1.7x"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=2)

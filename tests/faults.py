@@ -2,7 +2,9 @@
 folder on PYTHONPATH). A fault fires in one worker only (`rank`), at its `at_step`-th forward;
 the orchestrator's evaluation (no HOGWILD_RANK) never triggers it. With HOGWILD_FAULT_FILE set,
 the fault fires once per run: it writes the time it fired there, and a replacement worker that
-finds the file trains normally."""
+finds the file trains normally. With HOGWILD_PROGRESS_FILE set, each worker creates
+`<that path>.<rank>` once it has taken 3 steps (`.<node><rank>` under torchrun): what a test waits for before it interrupts a run
+that is really training (never a fixed sleep)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,16 @@ from hogwild.models import MLP
 
 
 class FaultyMLP(MLP):
-    def __init__(self, input_shape, num_classes, fault: str = "none", at_step: int = 5, rank: int = 1,
-                 hidden_sizes=(32,), step_seconds: float = 0.0):
+    def __init__(
+        self,
+        input_shape,
+        num_classes,
+        fault: str = "none",
+        at_step: int = 5,
+        rank: int = 1,
+        hidden_sizes=(32,),
+        step_seconds: float = 0.0,
+    ):
         super().__init__(input_shape, num_classes, hidden_sizes)
         self.fault, self.at_step, self.rank, self.step_seconds = fault, at_step, rank, step_seconds
         self.calls = 0
@@ -26,12 +36,20 @@ class FaultyMLP(MLP):
         my_rank = os.environ.get("HOGWILD_RANK")
         if my_rank is not None:
             self.calls += 1
+            if self.calls == 4 and os.environ.get("HOGWILD_PROGRESS_FILE"):  # 3 steps are done
+                node = os.environ.get("RANK", "")  # the torchrun node, if any
+                open(f"{os.environ['HOGWILD_PROGRESS_FILE']}.{node}{my_rank}", "w").close()
             if self.step_seconds:
                 time.sleep(self.step_seconds)  # make runs long enough to interrupt
             if int(my_rank) == self.rank and self.calls == self.at_step and self._arm():
                 self._fire()
         out = super().forward(x)
-        if self.fault == "nonfinite" and my_rank is not None and int(my_rank) == self.rank and self.calls >= self.at_step:
+        if (
+            self.fault == "nonfinite"
+            and my_rank is not None
+            and int(my_rank) == self.rank
+            and self.calls >= self.at_step
+        ):
             out = out * float("nan")
         return out
 
@@ -73,5 +91,7 @@ class LoggingMLP(MLP):
             import logging
 
             self.logged = True
-            logging.getLogger("user.model").info("hello from a worker, threads=%d", torch.get_num_threads())
+            logging.getLogger("user.model").info(
+                "hello from a worker, threads=%d", torch.get_num_threads()
+            )
         return super().forward(x)

@@ -13,7 +13,10 @@ class WideMLP(nn.Module):
     def __init__(self, input_shape, num_classes, width: int = 512, dropout: float = 0.1):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Flatten(), nn.Linear(math.prod(input_shape), width), nn.ReLU(), nn.Dropout(dropout),
+            nn.Flatten(),
+            nn.Linear(math.prod(input_shape), width),
+            nn.ReLU(),
+            nn.Dropout(dropout),
             nn.Linear(width, num_classes),
         )
 

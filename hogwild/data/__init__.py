@@ -14,5 +14,14 @@ from hogwild.data.ratings import load_movielens, make_synthetic_ratings
 from hogwild.data.sparse import load_libsvm, make_synthetic_sparse
 from hogwild.data.synthetic import make_synthetic
 
-__all__ = ["DataError", "DataSplits", "load_digits", "load_libsvm", "load_mnist", "load_movielens", "make_synthetic",
-           "make_synthetic_ratings", "make_synthetic_sparse"]
+__all__ = [
+    "DataError",
+    "DataSplits",
+    "load_digits",
+    "load_libsvm",
+    "load_mnist",
+    "load_movielens",
+    "make_synthetic",
+    "make_synthetic_ratings",
+    "make_synthetic_sparse",
+]

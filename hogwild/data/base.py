@@ -19,27 +19,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-TASKS = ("classification", "regression")
-
 import torch
 
+from hogwild.errors import DataError
 
-class DataError(ValueError):
-    """A data problem the user can fix; the message is one line."""
+TASKS = ("classification", "regression")
+__all__ = ["DataError", "DataSplits", "TASKS"]
 
 
 @dataclass
 class DataSplits:
     """A data set as four in-memory tensors (the trainer moves them to shared memory once)."""
 
-    train_x: torch.Tensor  # float32, shape (N, *input_shape) (regression: any dtype, e.g. int64 ids)
+    train_x: (
+        torch.Tensor
+    )  # float32, shape (N, *input_shape) (regression: any dtype, e.g. int64 ids)
     train_y: torch.Tensor  # int64 class labels, shape (N,) (regression: float32 targets)
     test_x: torch.Tensor  # like train_x, shape (M, *input_shape)
     test_y: torch.Tensor  # like train_y, shape (M,)
     num_classes: int  # 0 for regression
     name: str
     task: str = "classification"  # or "regression": MSE loss, RMSE on the test split
-    model_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. num_users / num_items for model=mf
+    model_kwargs: dict[str, Any] = field(
+        default_factory=dict
+    )  # e.g. num_users / num_items for model=mf
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -48,7 +51,9 @@ class DataSplits:
         for split in ("train", "test"):
             x, y = getattr(self, f"{split}_x"), getattr(self, f"{split}_y")
             if not regression and x.dtype != torch.float32:
-                raise DataError(f"{self.name}: {split}_x has dtype {x.dtype}: must be torch.float32")
+                raise DataError(
+                    f"{self.name}: {split}_x has dtype {x.dtype}: must be torch.float32"
+                )
             want = torch.float32 if regression else torch.int64
             if y.dtype != want:
                 raise DataError(f"{self.name}: {split}_y has dtype {y.dtype}: must be {want}")

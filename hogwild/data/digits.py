@@ -33,8 +33,14 @@ def load_digits(
     root: str | os.PathLike | None = None,
     download: bool | None = None,
 ) -> DataSplits:
-    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
-        raise DataError(f"data.test_fraction={test_fraction!r}: must be a number strictly between 0 and 1")
+    if (
+        isinstance(test_fraction, bool)
+        or not isinstance(test_fraction, (int, float))
+        or not 0 < test_fraction < 1
+    ):
+        raise DataError(
+            f"data.test_fraction={test_fraction!r}: must be a number strictly between 0 and 1"
+        )
 
     # Imported here: scikit-learn takes about a second to import and only this loader needs it.
     from sklearn.datasets import load_digits as sk_load_digits

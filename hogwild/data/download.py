@@ -33,7 +33,9 @@ def fetch(url: str, dest_dir: Path, name: str, md5: str | None, timeout: float) 
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
             size = 0
-            with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=name, leave=False) as bar:
+            with tqdm(
+                total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=name, leave=False
+            ) as bar:
                 while chunk := response.read(1 << 16):
                     out.write(chunk)
                     digest.update(chunk)
@@ -58,8 +60,14 @@ def failure_reason(e: Exception) -> str:
     return str(e) or type(e).__name__
 
 
-def from_mirrors(file_name: str, dest_dir: Path, mirrors: Sequence[str], md5: str | None, timeout: float,
-                 label: str | None = None) -> list[str]:
+def from_mirrors(
+    file_name: str,
+    dest_dir: Path,
+    mirrors: Sequence[str],
+    md5: str | None,
+    timeout: float,
+    label: str | None = None,
+) -> list[str]:
     """Fetch `file_name` from the first mirror that delivers it into dest_dir/file_name.
     Returns [] on success, else one one-line reason per mirror tried."""
     reasons = []

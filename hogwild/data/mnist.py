@@ -72,6 +72,7 @@ def find_file(root: Path, name: str) -> Path | None:
 
 def read_idx(path: Path, magic: int) -> np.ndarray:
     """The array stored in an IDX file (gzipped if its name ends in .gz); DataError if malformed."""
+
     def bad(why: str) -> DataError:
         return DataError(f"MNIST file {path} is malformed ({why}): delete or replace it")
 
@@ -80,7 +81,9 @@ def read_idx(path: Path, magic: int) -> np.ndarray:
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise bad(f"not a valid gzip file: {e}") from None
     except OSError as e:
-        raise DataError(f"MNIST file {path} cannot be read ({e.strerror or e}): check its permissions") from None
+        raise DataError(
+            f"MNIST file {path} cannot be read ({e.strerror or e}): check its permissions"
+        ) from None
 
     if len(data) < 4:
         raise bad(f"only {len(data)} bytes long")
@@ -123,7 +126,9 @@ def download_mnist(
 
     missing: list[str] = []
     for i, name in enumerate(names):
-        reasons = from_mirrors(f"{name}.gz", root, mirrors, checksums.get(f"{name}.gz"), timeout, label=name)
+        reasons = from_mirrors(
+            f"{name}.gz", root, mirrors, checksums.get(f"{name}.gz"), timeout, label=name
+        )
         if reasons:
             # Stop at the first file no mirror could deliver: offline, the others would only
             # add more timeouts before the same error.
@@ -160,7 +165,10 @@ def load_mnist(
         download_mnist(root, missing, mirrors, timeout, checksums)
 
     paths = {name: find_file(root, name) for name in FILES}
-    arrays = {name: read_idx(path, LABELS_MAGIC if "labels" in name else IMAGES_MAGIC) for name, path in paths.items()}
+    arrays = {
+        name: read_idx(path, LABELS_MAGIC if "labels" in name else IMAGES_MAGIC)
+        for name, path in paths.items()
+    }
     for images, labels in ((TRAIN_IMAGES, TRAIN_LABELS), (TEST_IMAGES, TEST_LABELS)):
         if len(arrays[images]) != len(arrays[labels]):
             raise DataError(
@@ -168,7 +176,9 @@ def load_mnist(
                 f"{len(arrays[labels])} labels: replace them with a matching pair"
             )
         if len(arrays[labels]) and arrays[labels].max() > 9:
-            raise DataError(f"MNIST file {paths[labels]} has label {arrays[labels].max()}: labels must be 0-9")
+            raise DataError(
+                f"MNIST file {paths[labels]} has label {arrays[labels].max()}: labels must be 0-9"
+            )
 
     def images(name: str) -> torch.Tensor:
         # astype makes a writable float copy, so torch does not warn about the read-only buffer.

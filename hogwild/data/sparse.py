@@ -42,8 +42,14 @@ def make_synthetic_sparse(
     """Binary labels from a sparse linear rule: each sample has ~density x num_features active
     features (values 1/sqrt(nnz), like tf-idf rows of unit norm), drawn with a Zipf-like skew so
     a few features are common and most are rare; y = [x . w* + noise > 0]."""
-    if isinstance(num_features, bool) or not isinstance(num_features, int) or not 2 <= num_features < MAX_FEATURES:
-        raise DataError(f"data.num_features={num_features!r}: must be an integer in [2, {MAX_FEATURES})")
+    if (
+        isinstance(num_features, bool)
+        or not isinstance(num_features, int)
+        or not 2 <= num_features < MAX_FEATURES
+    ):
+        raise DataError(
+            f"data.num_features={num_features!r}: must be an integer in [2, {MAX_FEATURES})"
+        )
     for key, value in (("num_samples", num_samples), ("num_test_samples", num_test_samples)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise DataError(f"data.{key}={value!r}: must be an integer >= 1")
@@ -62,8 +68,15 @@ def make_synthetic_sparse(
     x = torch.zeros(total, 2, nnz)
     x[:, 0], x[:, 1] = torch.from_numpy(idx.astype(np.float32)), torch.from_numpy(val)
     y = torch.from_numpy(y)
-    return DataSplits(x[:num_samples], y[:num_samples], x[num_samples:], y[num_samples:], num_classes=2,
-                      name="synthetic_sparse", model_kwargs={"num_features": num_features})
+    return DataSplits(
+        x[:num_samples],
+        y[:num_samples],
+        x[num_samples:],
+        y[num_samples:],
+        num_classes=2,
+        name="synthetic_sparse",
+        model_kwargs={"num_features": num_features},
+    )
 
 
 def _read_libsvm(path: Path) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str]]:
@@ -75,10 +88,14 @@ def _read_libsvm(path: Path) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[
                 continue
             try:
                 pairs = [p.split(":", 1) for p in parts[1:]]
-                idx = np.array([int(i) for i, _ in pairs], dtype=np.int64) - 1  # LIBSVM indices start at 1
+                idx = (
+                    np.array([int(i) for i, _ in pairs], dtype=np.int64) - 1
+                )  # LIBSVM indices start at 1
                 val = np.array([float(v) for _, v in pairs], dtype=np.float32)
             except ValueError:
-                raise DataError(f"{path}:{line_no} is not LIBSVM format (label index:value ...)") from None
+                raise DataError(
+                    f"{path}:{line_no} is not LIBSVM format (label index:value ...)"
+                ) from None
             if len(idx) and idx.min() < 0:
                 raise DataError(f"{path}:{line_no}: feature indices start at 1")
             labels.append(parts[0])
@@ -100,18 +117,26 @@ def load_libsvm(
     root = Path(root).expanduser().absolute()
     paths = [root / train_file, root / test_file]
     if missing := [str(p) for p in paths if not p.is_file()]:
-        raise DataError(f"LIBSVM files missing: {', '.join(missing)}: put them there or set data.root / "
-                        "data.train_file / data.test_file")
+        raise DataError(
+            f"LIBSVM files missing: {', '.join(missing)}: put them there or set data.root / "
+            "data.train_file / data.test_file"
+        )
     (train, train_labels), (test, test_labels) = (_read_libsvm(p) for p in paths)
     seen = 1 + max(int(i.max()) for i, _ in train + test if len(i))
     num_features = num_features or seen
     if seen > num_features or num_features >= MAX_FEATURES:
-        raise DataError(f"data.num_features={num_features}: the files use {seen} features (at most {MAX_FEATURES - 1})")
+        raise DataError(
+            f"data.num_features={num_features}: the files use {seen} features (at most {MAX_FEATURES - 1})"
+        )
     classes = sorted(set(train_labels) | set(test_labels), key=lambda s: float(s))
     code = {c: n for n, c in enumerate(classes)}
     width = max(1, max(len(i) for i, _ in train + test))
     return DataSplits(
-        _pack(train, num_features, width), torch.tensor([code[c] for c in train_labels]),
-        _pack(test, num_features, width), torch.tensor([code[c] for c in test_labels]),
-        num_classes=max(2, len(classes)), name=f"libsvm:{train_file}", model_kwargs={"num_features": num_features},
+        _pack(train, num_features, width),
+        torch.tensor([code[c] for c in train_labels]),
+        _pack(test, num_features, width),
+        torch.tensor([code[c] for c in test_labels]),
+        num_classes=max(2, len(classes)),
+        name=f"libsvm:{train_file}",
+        model_kwargs={"num_features": num_features},
     )

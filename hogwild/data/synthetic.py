@@ -43,7 +43,9 @@ def _check_int(key: str, value: object, minimum: int) -> int:
     return value
 
 
-def _draw(prototypes: torch.Tensor, n: int, noise: float, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _draw(
+    prototypes: torch.Tensor, n: int, noise: float, g: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     num_classes, dim = prototypes.shape
     # Balanced labels (class counts differ by at most one), in random order.
     y = (torch.arange(n) % num_classes)[torch.randperm(n, generator=g)]
@@ -72,12 +74,23 @@ def make_synthetic(
     _check_int("num_samples", num_samples, 1)
     _check_int("num_test_samples", num_test_samples, 1)
     _check_int("num_classes", num_classes, 2)
-    shape_ok = isinstance(input_shape, Sequence) and not isinstance(input_shape, (str, bytes)) and len(input_shape) > 0
-    if not shape_ok or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in input_shape):
+    shape_ok = (
+        isinstance(input_shape, Sequence)
+        and not isinstance(input_shape, (str, bytes))
+        and len(input_shape) > 0
+    )
+    if not shape_ok or any(
+        isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in input_shape
+    ):
         raise DataError(
             f"data.input_shape={input_shape!r}: must be a non-empty list of integers >= 1, e.g. [1, 28, 28]"
         )
-    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not noise >= 0 or math.isinf(noise):
+    if (
+        isinstance(noise, bool)
+        or not isinstance(noise, (int, float))
+        or not noise >= 0
+        or math.isinf(noise)
+    ):
         raise DataError(f"data.noise={noise!r}: must be a finite number >= 0")
     shape = tuple(int(d) for d in input_shape)  # Hydra hands over a ListConfig; store plain ints.
 
@@ -88,8 +101,12 @@ def make_synthetic(
 
     dim = math.prod(shape)
     prototypes = torch.randn(num_classes, dim, generator=torch.Generator().manual_seed(proto_seed))
-    train_x, train_y = _draw(prototypes, num_samples, float(noise), torch.Generator().manual_seed(train_seed))
-    test_x, test_y = _draw(prototypes, num_test_samples, float(noise), torch.Generator().manual_seed(test_seed))
+    train_x, train_y = _draw(
+        prototypes, num_samples, float(noise), torch.Generator().manual_seed(train_seed)
+    )
+    test_x, test_y = _draw(
+        prototypes, num_test_samples, float(noise), torch.Generator().manual_seed(test_seed)
+    )
 
     return DataSplits(
         train_x=train_x.view(num_samples, *shape),

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hogwild.config import ConfigError
+from hogwild.errors import ConfigError
 
 
 class ConvNet(nn.Module):

@@ -8,22 +8,31 @@ same rows, and a step costs the same whatever the table size.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from hogwild.config import ConfigError
+from hogwild.errors import ConfigError
 
 
 class MatrixFactorization(nn.Module):
-    def __init__(self, num_users: int | None = None, num_items: int | None = None, dim: int = 32,
-                 sparse: bool = True, init_std: float = 0.1,
-                 input_shape: Sequence[int] | None = None, num_classes: int | None = None):
+    def __init__(
+        self,
+        num_users: int | None = None,
+        num_items: int | None = None,
+        dim: int = 32,
+        sparse: bool = True,
+        init_std: float = 0.1,
+        input_shape: Sequence[int] | None = None,
+        num_classes: int | None = None,
+    ):
         super().__init__()
         if num_users is None or num_items is None:
-            raise ConfigError("model=mf needs a ratings data set that names its users and items: "
-                              "use data=synthetic_ratings or data=movielens")
+            raise ConfigError(
+                "model=mf needs a ratings data set that names its users and items: "
+                "use data=synthetic_ratings or data=movielens"
+            )
         self.user = nn.Embedding(num_users, dim, sparse=sparse)
         self.item = nn.Embedding(num_items, dim, sparse=sparse)
         self.user_bias = nn.Embedding(num_users, 1, sparse=sparse)

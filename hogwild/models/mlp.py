@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -10,7 +10,9 @@ from torch import nn
 class MLP(nn.Module):
     """Flatten -> [Linear -> ReLU] * len(hidden_sizes) -> Linear. 784-256-10 on MNIST."""
 
-    def __init__(self, input_shape: Sequence[int], num_classes: int, hidden_sizes: Sequence[int] = (256,)):
+    def __init__(
+        self, input_shape: Sequence[int], num_classes: int, hidden_sizes: Sequence[int] = (256,)
+    ):
         super().__init__()
         sizes = [math.prod(input_shape), *hidden_sizes]
         layers: list[nn.Module] = [nn.Flatten()]

@@ -8,22 +8,31 @@ many features the model has.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from hogwild.config import ConfigError
+from hogwild.errors import ConfigError
 
 
 class SparseLinear(nn.Module):
-    def __init__(self, num_features: int | None = None, num_classes: int = 2, sparse: bool = True,
-                 input_shape: Sequence[int] | None = None):
+    def __init__(
+        self,
+        num_features: int | None = None,
+        num_classes: int = 2,
+        sparse: bool = True,
+        input_shape: Sequence[int] | None = None,
+    ):
         super().__init__()
         if num_features is None:
-            raise ConfigError("model=sparse_linear needs sparse feature data: use data=synthetic_sparse or data=libsvm")
+            raise ConfigError(
+                "model=sparse_linear needs sparse feature data: use data=synthetic_sparse or data=libsvm"
+            )
         # one extra row, the padding index: never read into a sum, never updated
-        self.weight = nn.EmbeddingBag(num_features + 1, num_classes, mode="sum", sparse=sparse, padding_idx=num_features)
+        self.weight = nn.EmbeddingBag(
+            num_features + 1, num_classes, mode="sum", sparse=sparse, padding_idx=num_features
+        )
         nn.init.zeros_(self.weight.weight)
         self.bias = nn.Parameter(torch.zeros(num_classes))
 

@@ -1,0 +1,167 @@
+"""One benchmark run each: the plain hand-written loop, the framework through its Python API,
+and the peak memory of the whole process tree while one runs."""
+
+from __future__ import annotations
+
+import queue as queue_lib
+import shutil
+import tempfile
+import threading
+import time
+
+import psutil
+import torch
+import torch.multiprocessing as mp
+
+from hogwild.bench.recipes import SEED
+
+# ---- the plain loop: what a careful user writes by hand (no hogwild imports) ----
+
+
+def plain_worker(
+    rank, num_workers, threads, strategy, model, x, y, queue, batch, make_optimizer, loss_fn
+):
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    torch.set_num_threads(threads)
+    torch.manual_seed(SEED + rank)
+    optimizer = make_optimizer(model.parameters())
+    perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(SEED))
+    mine = perm[rank * len(perm) // num_workers : (rank + 1) * len(perm) // num_workers]
+    t_first = t_last = 0.0
+    for i in range(0, len(mine), batch):
+        idx = mine[i : i + batch]
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(x.index_select(0, idx)), y.index_select(0, idx)).backward()
+        optimizer.step()
+        t_last = time.monotonic()
+        t_first = t_first or t_last
+    queue.put((rank, len(mine), t_first, t_last))
+
+
+def run_plain(model, data, start_method, strategy, num_workers, threads, recipe) -> dict:
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    ctx = mp.get_context(start_method)
+    t0 = time.monotonic()
+    model.share_memory()
+    x, y = data.train_x.share_memory_(), data.train_y.share_memory_()
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=plain_worker,
+            args=(r, num_workers, threads, strategy, model, x, y, queue, *recipe),
+        )
+        for r in range(num_workers)
+    ]
+    for p in procs:
+        p.start()
+    results = []
+    while len(results) < num_workers:  # results first, then join: a full queue would block exit
+        try:
+            results.append(queue.get(timeout=1.0))
+        except queue_lib.Empty:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                for p in procs:
+                    p.kill()
+                codes = [p.exitcode for p in procs]
+                raise RuntimeError(f"plain worker died: exit codes {codes}") from None
+    for p in procs:
+        p.join()
+    samples = sum(r[1] for r in results)
+    t_first, t_last = min(r[2] for r in results), max(r[3] for r in results)
+    return dict(
+        samples=samples,
+        train_seconds=t_last - t_first,
+        samples_per_second=samples / (t_last - t_first),
+        startup_seconds=t_first - t0,
+        wall_seconds=time.monotonic() - t0,
+    )
+
+
+# ---- the framework, through its Python API ----
+
+
+def run_framework(
+    model, data, start_method, strategy, num_workers, threads, workdir, recipe
+) -> dict:
+    from hogwild import Trainer, TrainerConfig
+
+    cfg = TrainerConfig(
+        num_workers=num_workers,
+        start_method=start_method,
+        sharing_strategy=strategy,
+        threads_per_worker=threads,
+        epochs=1,
+        seed=SEED,
+        log_every_n_steps=10,
+    )
+    out = tempfile.mkdtemp(prefix="run-", dir=workdir)
+    batch, make_optimizer, loss_fn = recipe
+    trainer = Trainer(
+        model,
+        data,
+        make_optimizer,
+        cfg,
+        batch_size=batch,
+        output_dir=out,
+        started_at=time.time(),
+        loss_fn=loss_fn,
+    )
+    s = trainer.fit()
+    shutil.rmtree(out, ignore_errors=True)
+    if s["status"] != "completed":
+        raise RuntimeError(f"framework run {s['status']}: {s.get('error')}")
+    return {
+        k: s.get(k)
+        for k in ("samples_per_second", "train_seconds", "startup_seconds", "wall_seconds")
+    } | {"samples": s["total_samples"]}
+
+
+class PeakPSS:
+    """Max over time of the summed PSS of this process and all its descendants (a thread)."""
+
+    def __init__(self, interval: float = 0.2):
+        self.me, self.interval, self.peak, self.stop = (
+            psutil.Process(),
+            interval,
+            0,
+            threading.Event(),
+        )
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> None:
+        total = 0
+        for p in [self.me, *self.me.children(recursive=True)]:
+            try:
+                total += p.memory_full_info().pss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):  # it exited between the two calls
+                pass
+        self.peak = max(self.peak, total)
+
+    def _loop(self) -> None:
+        while not self.stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self):
+        self._sample()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def _noop() -> None:
+    pass
+
+
+def start_forkserver() -> float:
+    """Start the one fork server of this process (shared by every forkserver run) with the modules
+    the framework preloads, so that no row pays its start-up; return what it cost."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["hogwild.worker", "torch._dynamo", __name__])
+    t0 = time.monotonic()
+    p = ctx.Process(target=_noop)
+    p.start()
+    p.join()
+    return time.monotonic() - t0

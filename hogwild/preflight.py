@@ -1,0 +1,180 @@
+"""Everything that can refuse a run, before anything is written or started.
+
+`prepare` checks the run folder, the start method against this process's threads, the
+workload, the optimizer, the checkpoint to resume from, /dev/shm and the open-file budget, and
+(under torchrun) settles all of it with the other nodes in one collective. It returns a frozen
+`Plan`: what the run will really do. Its only change to the world is the model's weights, when
+a checkpoint is resumed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hogwild import checkpoint, sharing
+from hogwild import device as device_rules
+from hogwild.config import TrainerConfig
+from hogwild.device import Layout
+from hogwild.errors import ConfigError, HogwildError
+from hogwild.protocol import Control
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    trainer: TrainerConfig  # every `auto` resolved
+    device: torch.device  # `cuda` resolved to an index
+    layout: Layout  # channels_last or not, for the weights and the 4-D inputs
+    data_on_device: bool  # CUDA: the training split lives on the GPU
+    facts: dict[str, Any]  # what a resumed run and every node must agree on
+    resume_from: str | None  # the checkpoint this run continues, if any
+    progress: torch.Tensor | None  # this node's rows of that checkpoint's progress table
+    optimizer_state: list | None  # that checkpoint's shared optimizer state
+    num_shared: int  # tensors each worker receives (model, data, control block)
+
+
+def summary_status(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return json.load(f).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_folder(output_dir: str, resume_from: str | None) -> None:
+    summary = os.path.join(output_dir, "summary.json")
+    if not os.path.exists(summary):
+        return
+    if not resume_from:
+        raise HogwildError(
+            f"{output_dir} already holds a finished run (summary.json); "
+            "choose another folder (hydra.run.dir=...) or continue it with resume_from=<checkpoint>"
+        )
+    if resume_from == "auto" and summary_status(summary) == "completed":
+        raise HogwildError(
+            f"resume_from=auto: {output_dir} already holds a completed run "
+            "(summary.json); auto continues only a run that did not complete"
+        )
+
+
+def check_threads(cfg: TrainerConfig) -> None:
+    if cfg.start_method == "fork" and cfg.threads_per_worker > 1 and torch.get_num_threads() > 1:
+        # OpenMP after fork: a child of a process whose thread pool has run (share_memory()
+        # alone starts it) hangs forever in its first multi-threaded op. The CLI caps this
+        # process at 1 thread before any torch work; an API caller must do the same.
+        raise ConfigError(
+            f"trainer.start_method='fork' with trainer.threads_per_worker={cfg.threads_per_worker} "
+            f"hangs the workers when this process runs {torch.get_num_threads()} intra-op threads: "
+            "use start_method=forkserver or spawn, threads_per_worker=1, or call torch.set_num_threads(1) "
+            "before any torch work"
+        )
+
+
+def check_optimizer(factory: Callable[..., torch.optim.Optimizer]) -> None:
+    """Fail here, not in every worker. Also imports what optimizers import lazily (~1.2 s of
+    torch._dynamo) once, before fork, instead of in every forked worker."""
+    try:
+        factory([torch.nn.Parameter(torch.zeros(1))])
+    except (TypeError, ValueError) as e:
+        name = getattr(factory, "func", factory)
+        raise ConfigError(
+            f"optimizer {getattr(name, '__name__', name)} rejects its arguments: {e}"
+        ) from None
+
+
+def check_fds(num_tensors: int, cfg: TrainerConfig) -> None:
+    """Every shared tensor a worker receives may cost an fd (file_descriptor strategy)."""
+    sharing.ensure_fd_budget(num_tensors, cfg.sharing_strategy)
+    sharing.check_fd_passing(num_tensors, cfg.start_method, cfg.sharing_strategy)
+
+
+def _layout(cfg: TrainerConfig, device: torch.device, model: torch.nn.Module) -> Layout:
+    auto = device.type == "cpu" and any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    return Layout(cfg.memory_format == "channels_last" or (cfg.memory_format == "auto" and auto))
+
+
+def _resume(path: str | None, facts: dict[str, Any], model: torch.nn.Module):
+    if not path:
+        return None, None
+    state = checkpoint.load(path)
+    checkpoint.check_compatible(path, state, facts, model)
+    model.load_state_dict(state["model"])
+    return state["progress"], state.get("optimizer_state")
+
+
+def prepare(
+    cfg: TrainerConfig,
+    model: torch.nn.Module,
+    workload,
+    optimizer_factory,
+    output_dir: str,
+    resume_from: str | None,
+    node,
+) -> Plan:
+    """Refuse a doomed run with one clear line (on every node), or return its plan."""
+    facts = node.global_facts(
+        {"num_workers": cfg.num_workers, "seed": cfg.seed, **workload.facts()}
+    )
+    try:
+        plan = _prepare(
+            cfg, model, workload, optimizer_factory, output_dir, resume_from, node, facts
+        )
+    except HogwildError as e:
+        node.agree(facts, error=str(e))  # the other nodes stop now instead of at a timeout
+        raise
+    agreed = node.agree(
+        {
+            **facts,
+            "model": type(model).__name__,
+            "parameters": sum(p.numel() for p in model.parameters()),
+        },
+        plan={
+            "resume_from": plan.resume_from,
+            "progress": None if plan.progress is None else plan.progress.tolist(),
+        },
+    )
+    progress = (
+        None
+        if agreed["progress"] is None
+        else node.rows(torch.tensor(agreed["progress"], dtype=torch.int64))
+    )
+    return dataclasses.replace(plan, resume_from=agreed["resume_from"], progress=progress)
+
+
+def _prepare(cfg, model, workload, optimizer_factory, output_dir, resume_from, node, facts) -> Plan:
+    if node.is_writer:
+        check_folder(output_dir, resume_from)
+    check_threads(cfg)
+    workload.check(cfg.num_workers)
+    check_optimizer(optimizer_factory)
+    device = device_rules.resolve(cfg.device)
+    on_device = device_rules.data_goes_to_device(
+        sharing.storage_bytes(workload.host_tensors()), device, cfg.data_on_device
+    )
+    if resume_from == "auto":  # this run folder's last checkpoint, if there is one
+        own = os.path.join(output_dir, "checkpoints", "last.pt")
+        resume_from = own if os.path.isfile(own) else None
+    progress, optimizer_state = _resume(resume_from if node.is_writer else None, facts, model)
+    tensors = [*model.parameters(), *model.buffers(), *workload.host_tensors()]
+    model_tensors = len(tensors) - len(workload.host_tensors())
+    in_shm = tensors if device.type == "cpu" else [] if on_device else tensors[model_tensors:]
+    if in_shm:
+        sharing.check_shm_space(sharing.storage_bytes(in_shm))
+    num_shared = len(tensors) + Control.NUM_TENSORS
+    check_fds(num_shared, cfg)
+    return Plan(
+        cfg,
+        device,
+        _layout(cfg, device, model),
+        on_device,
+        facts,
+        resume_from if node.is_writer else None,
+        progress,
+        optimizer_state,
+        num_shared,
+    )

@@ -1,0 +1,209 @@
+"""The run loop: watch the workers, carry out what the run state decides, ask each component
+whether it is due, and finish.
+
+    while a worker is alive:
+        events (pipes + sentinels, signals, time) -> RunState.apply -> actions (restart, stop, ...)
+        dashboards due?   checkpoint due?   a node-sync round due?   an evaluation due?
+    the last rounds with the other nodes; the final evaluation and checkpoint; the summary
+
+Every component decides for itself when it is due (cadence, evaluator, node); the loop only asks.
+On a node other than torchrun's rank 0 the outputs are do-nothing objects: it evaluates and
+writes nothing, so its cores go to its workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from hogwild import staleness, summary
+from hogwild.checkpoint import Checkpointer
+from hogwild.errors import NodeSyncError
+from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks, TensorBoardSink
+from hogwild.protocol import Control, Log, Progress
+from hogwild.run_state import (
+    Failed,
+    Restart,
+    RunFailed,
+    RunState,
+    Signal,
+    StopWorkers,
+    Terminate,
+    Tick,
+)
+
+log = logging.getLogger("hogwild")
+
+
+class RunLoop:
+    def __init__(
+        self, trainer, plan, control: Control, optimizer_state, supervisor, signals, t_fit: float
+    ):
+        self.t, self.plan, self.control, self.node, self.t_fit = (
+            trainer,
+            plan,
+            control,
+            trainer.node,
+            t_fit,
+        )
+        self.supervisor, self.signals, self.optimizer_state = supervisor, signals, optimizer_state
+        cfg, workload, writer = trainer.cfg, trainer.workload, trainer.node.is_writer
+        self.initial = int(control.progress[:, Control.SAMPLES].sum())
+        self.state = RunState(
+            cfg.num_workers,
+            [int(e) for e in control.progress[:, Control.EPOCH]],
+            cfg.on_worker_failure,
+            cfg.max_restarts,
+            cfg.grace_seconds,
+        )
+        self.window = ProgressWindow(samples_seen=self.initial)
+        self.evaluator = (
+            workload.evaluator(plan.device, plan.layout, cfg.eval_batch_size)
+            if writer
+            else NoEvaluation()
+        )
+        self.evaluator.due(
+            self.state.epochs_complete, self.initial
+        )  # a resumed run: its epochs are done
+        self.checkpointer = Checkpointer(
+            os.path.join(trainer.output_dir, "checkpoints", "last.pt"),
+            trainer.ckpt_cfg,
+            trainer.model,
+            control.progress,
+            plan.facts,
+            trainer.record,
+            optimizer_state,
+            enabled=writer,
+        )
+        if writer:  # other nodes log to their console only
+            os.makedirs(trainer.output_dir, exist_ok=True)
+            self.sinks = Sinks(
+                TensorBoardSink(os.path.join(trainer.output_dir, "tensorboard")),
+                ProgressBar(workload.total_units, self.initial),
+            )
+        else:
+            self.sinks = NullSink()
+
+    def watch(self) -> None:
+        st = self.state
+        while self.supervisor.alive:
+            for event in self.supervisor.events(timeout=0.1):
+                if isinstance(event, Progress):
+                    self.window.add(
+                        event.rank, event.steps, event.samples, event.loss_sum, event.lr
+                    )
+                elif isinstance(event, Log):
+                    log.log(event.level, "[worker %d] %s", event.rank, event.message)
+                self.apply(event)
+            for signum in self.signals.drain():
+                self.apply(Signal(signum))
+            if self.window.due():
+                self.flush()
+            if self.apply(Tick(time.monotonic())):
+                break  # the caller escalates to SIGTERM / SIGKILL
+            if st.running and self.checkpointer.due(
+                int(self.control.progress[:, Control.STEPS].sum())
+            ):
+                self.node.checkpoint(self.checkpointer.save)
+            self._node(
+                lambda: self.sinks.scalars(self.node.tick(st.running), self.window.samples_seen)
+            )
+            label = self.evaluator.due(st.epochs_complete, self.window.samples_seen)
+            if label and st.running:
+                self.flush()
+                self.sinks.scalars(
+                    self.evaluator.evaluate(self.t.model, label), self.window.samples_seen
+                )
+        self.flush()
+        if (
+            st.running
+        ):  # keep joining rounds until every node is done; the last one leaves all alike
+            self._node(self.node.finish)
+        st.all_exited()
+
+    def _node(self, call) -> None:
+        try:
+            call()
+        except NodeSyncError as e:
+            if self.state.running:  # Ctrl-C reaches every node: a peer that left first is no news
+                log.error("%s; stopping the workers", e)
+            self.apply(RunFailed(str(e)))
+
+    def apply(self, event) -> bool:
+        """Feed one event to the run state and carry out its actions; True to terminate now."""
+        terminate = False
+        for action in self.state.apply(event):
+            if isinstance(action, Restart):
+                f, n = action.failure, self.t.cfg.max_restarts
+                log.warning(
+                    "worker %d died (%s); restarting it (%d/%d)", f.rank, f.reason, action.count, n
+                )
+                self.sinks.scalars({"workers/restarts": action.count}, self.window.samples_seen)
+                self.supervisor.start(f.rank)
+            elif isinstance(action, Failed):
+                if action.failure.traceback:
+                    log.error(
+                        "worker %d raised:\n%s",
+                        action.failure.rank,
+                        action.failure.traceback.rstrip(),
+                    )
+                log.error(
+                    "worker %d failed: %s; stopping the other workers",
+                    action.failure.rank,
+                    action.failure.reason,
+                )
+            elif isinstance(action, StopWorkers):
+                self.control.stop[0] = 1
+                if self.state.status == "interrupted":
+                    log.warning(
+                        "%s received: stopping the workers at their next step (again to force)",
+                        action.reason,
+                    )
+            elif isinstance(action, Terminate):
+                terminate = True
+        return terminate
+
+    def flush(self) -> None:
+        """Progress since the last write, plus the staleness histograms as they stand."""
+        self.window.flush(self.sinks)
+        if values := staleness.scalars(self.control.staleness.numpy()):
+            self.sinks.scalars(values, self.window.samples_seen)
+
+
+class NoEvaluation:
+    """Nodes other than rank 0 evaluate nothing: their cores go to their workers."""
+
+    def due(self, epochs_complete: int, units: int) -> None:
+        return None
+
+    def needs_final(self, completed: bool, weights_changed: bool) -> bool:
+        return False
+
+    def results(self) -> dict[str, Any]:
+        return {}
+
+
+def finish(loop: RunLoop) -> summary.Summary:
+    """The run after its workers: final evaluation and checkpoint (unless it failed), then the
+    summary (written by rank 0 alone)."""
+    st, t = loop.state, loop.t
+    if st.status in ("completed", "interrupted"):
+        if loop.evaluator.needs_final(st.status == "completed", loop.node.weights_change_at_end):
+            loop.sinks.scalars(loop.evaluator.evaluate(t.model, "final"), loop.window.samples_seen)
+        loop.node.final_checkpoint(loop.checkpointer.save)
+    s = summary.collect(loop)
+    s.distributed = loop.node.figures(
+        {
+            "status": s.status,
+            "total_samples": s.total_samples,
+            "samples_per_second": s.samples_per_second,
+            "train_seconds": s.train_seconds,
+        }
+    )
+    if loop.node.is_writer:
+        loop.sinks.hparams(summary.hparams(t), summary.hparam_metrics(s))
+        loop.sinks.close()
+        s.write(os.path.join(t.output_dir, "summary.json"))
+    return s

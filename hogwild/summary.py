@@ -1,0 +1,203 @@
+"""The run's summary: one dataclass, from which both summary.json and the console report are made.
+
+summary.json is strict JSON: a figure that is missing or not finite is `null`, never a bare NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any
+
+from hogwild import optim_state, staleness
+from hogwild.protocol import Control
+
+
+@dataclasses.dataclass
+class Summary:
+    status: str  # completed | interrupted | failed
+    exit_code: int
+    num_workers: int
+    start_method: str
+    sharing_strategy: str
+    worker_sharing_strategies: list[str]  # what each worker reports it really runs with
+    device: str
+    threads_per_worker: int
+    memory_format: str
+    data_on_device: bool
+    total_samples: int  # trained by this run (a resumed run: since it resumed)
+    samples_seen: int  # in all, resumed runs included
+    resumed_from: str | None
+    wall_seconds: float  # the whole process
+    train_seconds: float | None  # first worker's first step to last worker's last step
+    startup_seconds: float | None  # fit() called -> first optimizer step of any worker
+    samples_per_second: float | None  # total_samples / train_seconds
+    final_train_loss: float | None
+    worker_restarts: int
+    staleness: dict | None
+    optimizer_shared: bool
+    schedule: dict
+    optimizer_state_steps: int | None  # the shared state's step counter: all workers' updates
+    workload: dict[str, Any]  # the workload's facts and results (epochs, test_accuracy, ...)
+    error: dict | None = None  # rank and reason of a failed run
+    distributed: dict | None = None  # torchrun: rounds, sync cost, every node's figures
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "workload"}
+        out.update(self.workload)
+        for key in ("error", "distributed"):
+            if out[key] is None:
+                del out[key]
+        return _finite(out)
+
+    def write(self, path: str) -> None:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.to_dict(), f, indent=2, allow_nan=False)
+        os.replace(tmp, path)
+
+    def report(self, output_dir: str) -> tuple[str | None, list[str]]:
+        """(the failure line for stderr or None, the lines for stdout): results and where
+        everything is."""
+        s = self.to_dict()
+        failure = None
+        if self.status == "failed":
+            error = self.error or {}
+            who = (
+                "" if error.get("rank", -1) < 0 else f"worker {error['rank']}: "
+            )  # -1: the orchestrator
+            failure = f"hogwild: run failed: {who}{error.get('reason')}"
+        rel = os.path.relpath(output_dir)
+        rel = output_dir if rel.startswith("..") else rel
+        checkpoint = os.path.join(output_dir, "checkpoints", "last.pt")
+        rows = [
+            ("test RMSE", fmt(s.get("test_rmse"), ".4f"))
+            if s.get("task") == "regression"
+            else (
+                "test accuracy",
+                fmt(s.get("test_accuracy") and 100 * s["test_accuracy"], ".2f", "%"),
+            ),
+            ("test loss", fmt(s.get("test_loss"), ".4f")),
+            (
+                "samples/s",
+                f"{'node 0: ' if self.distributed else ''}{fmt(self.samples_per_second, ',.0f')} "
+                f"({plural(self.num_workers, 'worker')}, {self.start_method}, {self.sharing_strategy})",
+            ),
+            (
+                "samples",
+                f"{self.total_samples:,} in {fmt(self.train_seconds, '.2f')} s of training, "
+                f"{self.wall_seconds:.1f} s in all",
+            ),
+            *_node_rows(self.distributed),
+            ("run folder", rel),
+            (
+                "checkpoint",
+                os.path.join(rel, "checkpoints", "last.pt")
+                + (" (the last one before the failure)" if self.status == "failed" else "")
+                if os.path.exists(checkpoint)
+                else "none written",
+            ),
+            ("dashboards", f"tensorboard --logdir {os.path.join(rel, 'tensorboard')}"),
+        ]
+        return failure, [f"run {self.status}"] + [f"  {key:<14} {value}" for key, value in rows]
+
+
+def collect(loop) -> Summary:
+    """The summary of a run that has ended, from its parts (a hogwild.run_loop.RunLoop)."""
+    trainer, plan, state, control, initial = (
+        loop.t,
+        loop.plan,
+        loop.state,
+        loop.control,
+        loop.initial,
+    )
+    cfg = trainer.cfg
+    total_samples = int(control.progress[:, Control.SAMPLES].sum()) - initial
+    train_seconds = state.t_last - state.t_first if state.t_first < state.t_last else None
+    return Summary(
+        status=state.status,
+        exit_code=state.exit_code,
+        num_workers=cfg.num_workers,
+        start_method=cfg.start_method,
+        sharing_strategy=cfg.sharing_strategy,
+        worker_sharing_strategies=[state.hello[r].sharing_strategy for r in sorted(state.hello)],
+        device=cfg.device,
+        threads_per_worker=cfg.threads_per_worker,
+        memory_format="channels_last" if plan.layout.channels_last else "contiguous",
+        data_on_device=plan.data_on_device,
+        total_samples=total_samples,
+        samples_seen=initial + total_samples,
+        resumed_from=plan.resume_from,
+        wall_seconds=round(time.time() - trainer.started_at, 3),
+        train_seconds=round(train_seconds, 4) if train_seconds else None,
+        startup_seconds=round(state.t_first - loop.t_fit, 3)
+        if state.t_first < float("inf")
+        else None,
+        samples_per_second=round(total_samples / train_seconds, 1) if train_seconds else None,
+        final_train_loss=loop.window.final_train_loss,
+        worker_restarts=state.restarts,
+        staleness=staleness.summarize(control.staleness.numpy()),
+        optimizer_shared=trainer.shared_optimizer,
+        schedule=dataclasses.asdict(trainer.schedule),
+        optimizer_state_steps=optim_state.steps(loop.optimizer_state),
+        workload={**trainer.workload.facts(), **loop.evaluator.results()},
+        error=state.error,
+    )
+
+
+def hparams(trainer) -> dict[str, Any]:
+    """The HParams tab's columns: what was varied."""
+    cfg = trainer.cfg
+    return {
+        "num_workers": cfg.num_workers,
+        "start_method": cfg.start_method,
+        "sharing_strategy": cfg.sharing_strategy,
+        "device": cfg.device,
+        "threads_per_worker": cfg.threads_per_worker,
+        **trainer.workload.facts(),
+        "lr": getattr(trainer.optimizer_factory, "keywords", {}).get("lr", "n/a"),
+    }
+
+
+def hparam_metrics(s: Summary) -> dict[str, Any]:
+    d = s.to_dict()
+    return {k: d.get(k) for k in ("test_accuracy", "test_rmse", "test_loss", "samples_per_second")}
+
+
+def fmt(value: Any, spec: str, suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{suffix}"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _node_rows(d: dict | None) -> list[tuple[str, str]]:
+    """Under torchrun, the rows above are rank 0's own; these are the whole run's."""
+    if not d:
+        return []
+    return [
+        (
+            "all nodes",
+            f"{d['world_size']} nodes, {fmt(d['samples_per_second_all_nodes'], ',.0f')} samples/s "
+            f"together, {fmt(d['samples_seen_all_nodes'], ',')} samples seen",
+        ),
+        (
+            "sync",
+            f"{d['sync_rounds']} rounds, {d['sync_seconds']:.2f} s, {d['sync_bytes'] / 2**20:,.1f} MiB",
+        ),
+    ]
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities become None, at any depth: strict JSON, and the truth (no figure)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,2 @@
+"""What workers do per step (hogwild.workloads.base): supervised training on in-memory tensors
+(hogwild.workloads.supervised)."""

@@ -1,0 +1,71 @@
+"""The workload seam: what workers do per step, and how the orchestrator judges the result.
+
+A workload has two halves. The orchestrator keeps the `Workload` (it shares what the workers
+need, evaluates the shared model, fills its part of the summary); each worker receives the
+`Task` it returns, a small picklable object whose `run(ctx)` loop takes steps through the
+worker's `hogwild.worker.WorkerContext`:
+
+    def run(self, ctx):
+        while not ctx.stopping():
+            ctx.begin()                          # fresh gradients; the read that staleness counts
+            loss = ...                           # a batch of shared data, or a rollout
+            ctx.step(loss, units=n, batch=b)     # backward, checks, update, counters, reports
+
+Everything else (processes, sharing, signals, checkpoints, metrics, torchrun) is the
+framework's and does not change with the workload. Supervised training on in-memory tensors
+(hogwild.workloads.supervised) is the first implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+
+class Task(Protocol):
+    """The worker half: pickled once into every worker process."""
+
+    def run(self, ctx: Any) -> None: ...
+
+
+class Evaluator(Protocol):
+    """Judges the shared model from the orchestrator, while the workers go on."""
+
+    def due(self, epochs_complete: int, units: int) -> str | None:
+        """A label ('epoch 3/10') when an evaluation is due, else None."""
+
+    def evaluate(self, model: torch.nn.Module, label: str) -> dict[str, float]:
+        """Evaluate now; returns the dashboard scalars."""
+
+    def needs_final(self, completed: bool, weights_changed: bool) -> bool:
+        """Whether the end of the run needs one more evaluation."""
+
+    def results(self) -> dict[str, Any]:
+        """The summary's fields (None for what was never measured)."""
+
+    def goal(self) -> str | None:
+        """Why the run may stop now (a task solved), else None."""
+
+
+class Workload(Protocol):
+    name: str  # what is trained on: the start line and the dashboards
+    unit: str  # what the progress counts: "samples", "env steps"
+    total_units: int  # in the whole run: the progress bar's end and the lr schedule's 100%
+
+    def describe(self) -> str:
+        """How much work, for the start line: '1437 samples x 10 epochs'."""
+
+    def facts(self) -> dict[str, Any]:
+        """What a resumed run (and every torchrun node) must agree on."""
+
+    def host_tensors(self) -> list[torch.Tensor]:
+        """Tensors the workers read from shared memory (for the /dev/shm and fd checks)."""
+
+    def check(self, num_workers: int) -> None:
+        """Refuse a run that cannot work (a HogwildError), before anything is written."""
+
+    def task(self, home: torch.device, layout: Any) -> Task:
+        """Share what the workers need (on `home`, in `layout`) and return the worker half."""
+
+    def evaluator(self, device: torch.device, layout: Any, batch_size: int) -> Evaluator: ...

@@ -1,0 +1,131 @@
+"""Supervised training on in-memory tensors: the first workload.
+
+The training split goes to shared memory once (or to the GPU); each epoch is one permutation of
+it, seeded by (seed, epoch) only, cut into disjoint shards, one per rank, so that
+`trainer.epochs=1` uses every sample once in total, not once per worker. A worker reads its
+batches straight out of the shared tensors with index_select. The orchestrator evaluates the
+shared model on the test split after every epoch (hogwild.evaluation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from hogwild import sharing
+from hogwild.device import HostBatches, Layout
+from hogwild.errors import ConfigError
+from hogwild.evaluation import SupervisedEvaluator
+
+
+def epoch_permutation(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
+    """The same permutation in every process: seeded by (seed, epoch) only."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(num_samples, generator=g)
+
+
+def shard(perm: torch.Tensor, rank: int, num_workers: int) -> torch.Tensor:
+    """Rank's disjoint slice of the permutation; sizes differ by at most one sample."""
+    n = perm.numel()
+    return perm[rank * n // num_workers : (rank + 1) * n // num_workers]
+
+
+@dataclasses.dataclass(frozen=True)
+class SupervisedTask:
+    """The worker half: its shard of every epoch, batch by batch."""
+
+    train_x: torch.Tensor  # shared (or on the GPU)
+    train_y: torch.Tensor
+    epochs: int
+    batch_size: int
+    loss_fn: Callable[..., torch.Tensor]
+    layout: Layout  # the memory format of 4-D batches (channels_last for conv nets on the CPU)
+
+    def run(self, ctx) -> None:
+        x_all, y_all, size = self.train_x, self.train_y, self.batch_size
+        # data left in host memory for a CUDA run: batches staged through pinned buffers
+        to_device = (
+            HostBatches(x_all, y_all, size, ctx.device) if x_all.device != ctx.device else None
+        )
+        start_epoch, start_batch = ctx.position
+        for epoch in range(start_epoch, self.epochs):
+            indices = shard(
+                epoch_permutation(x_all.shape[0], ctx.seed, epoch), ctx.rank, ctx.num_workers
+            )
+            indices = indices.to(x_all.device)
+            for b in range(
+                start_batch if epoch == start_epoch else 0, math.ceil(indices.numel() / size)
+            ):
+                if ctx.stopping():
+                    return
+                idx = indices[b * size : (b + 1) * size]
+                x, y = (
+                    to_device(idx)
+                    if to_device
+                    else (x_all.index_select(0, idx), y_all.index_select(0, idx))
+                )
+                x = self.layout(x)
+                ctx.begin()
+                ctx.step(self.loss_fn(ctx.model(x), y), idx.numel(), b + 1)
+            ctx.end_epoch(epoch)
+
+
+class SupervisedWorkload:
+    """A `hogwild.data.DataSplits` trained for `epochs` epochs in batches of `batch_size`."""
+
+    unit = "samples"
+
+    def __init__(
+        self, data, batch_size: int, epochs: int, loss_fn: Callable[..., torch.Tensor] | None = None
+    ):
+        self.data, self.batch_size, self.epochs = data, batch_size, epochs
+        self.regression = getattr(data, "task", "classification") == "regression"
+        self.loss_fn = loss_fn or (F.mse_loss if self.regression else F.cross_entropy)
+        self.name = data.name
+        self.total_units = epochs * data.num_train
+
+    def describe(self) -> str:
+        return f"{self.data.num_train} samples x {self.epochs} epochs"
+
+    def facts(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size,
+            "num_train": self.data.num_train,
+            "epochs": self.epochs,
+        }
+
+    def host_tensors(self) -> list[torch.Tensor]:
+        return [self.data.train_x, self.data.train_y]
+
+    def check(self, num_workers: int) -> None:
+        smallest = self.data.num_train // num_workers
+        if self.batch_size > smallest:
+            raise ConfigError(
+                f"data.batch_size={self.batch_size} is larger than a worker's share of the training set "
+                f"({smallest} of {self.data.num_train} samples for {num_workers} workers): no step would be "
+                "a full batch; use a smaller batch size or fewer workers"
+            )
+
+    def task(self, home: torch.device, layout: Layout) -> SupervisedTask:
+        train_x, train_y = layout(self.data.train_x.to(home)), self.data.train_y.to(home)
+        sharing.share_tensors([train_x, train_y])
+        return SupervisedTask(train_x, train_y, self.epochs, self.batch_size, self.loss_fn, layout)
+
+    def evaluator(
+        self, device: torch.device, layout: Layout, batch_size: int
+    ) -> SupervisedEvaluator:
+        return SupervisedEvaluator(
+            self.data.test_x,
+            self.data.test_y,
+            self.loss_fn,
+            self.regression,
+            device,
+            layout,
+            batch_size,
+            self.epochs,
+        )

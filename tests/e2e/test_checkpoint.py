@@ -1,0 +1,104 @@
+"""Checkpoints through the CLI: a checkpoint of another run shape is refused before anything
+starts; a periodic checkpoint survives a failure; resume_from=auto continues a folder's own run.
+(A garbage or hostile resume_from file: tests/unit/test_refusals.py.)"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from hogwild import checkpoint
+
+from support import SMALL, assert_refused_cleanly, read_summary, run_cli
+
+
+def refused(result, run_dir, *fragments):
+    return assert_refused_cleanly(
+        result, run_dir, *fragments, prefix="hogwild: error: resume_from="
+    )
+
+
+def temp_files(folder) -> list[str]:
+    return [name for name in os.listdir(folder) if name.endswith(".tmp")]
+
+
+def test_cli_resume_with_other_num_workers_is_refused(tmp_path):
+    first = tmp_path / "first"
+    result = run_cli([*SMALL, "trainer.num_workers=1", "trainer.start_method=fork"], first)
+    assert result.returncode == 0, result.stderr
+    ckpt = first / "checkpoints" / "last.pt"
+    assert ckpt.exists()
+    run_dir = tmp_path / "second"
+    result = run_cli(
+        [*SMALL, "trainer.num_workers=2", "trainer.start_method=fork", f"resume_from={ckpt}"],
+        run_dir,
+    )
+    refused(result, run_dir, str(ckpt), "num_workers=1", "num_workers=2")
+
+
+def test_periodic_checkpoint_survives_a_worker_failure(tmp_path):
+    run_dir = tmp_path / "run"
+    # 2 workers x 64 samples per step: each rank has 125 steps, rank 1 raises at its 40th
+    args = [
+        "data=synthetic",
+        "data.num_samples=16000",
+        "data.num_test_samples=200",
+        "trainer.epochs=1",
+        "trainer.start_method=fork",
+        "checkpoint.every_n_steps=5",
+        "checkpoint.every_seconds=0",
+        "model._target_=faults.FaultyMLP",
+        "+model.fault=raise",
+        "+model.at_step=40",
+        "+model.step_seconds=0.01",
+    ]
+    result = run_cli(args, run_dir)
+    assert result.returncode == 1, result.stderr
+    assert "ZeroDivisionError: injected fault in forward" in result.stderr
+    summary = read_summary(run_dir)
+    assert summary["status"] == "failed"
+    folder = run_dir / "checkpoints"
+    assert temp_files(folder) == [] and sorted(os.listdir(folder)) == ["last.pt"]
+    state = torch.load(folder / "last.pt", weights_only=True)  # intact: the safe loader takes it
+    checkpoint.load(str(folder / "last.pt"))
+    seen = state["run"]["samples_seen"]
+    assert 0 < seen <= summary["samples_seen"]
+    assert seen == int(
+        state["progress"][:, 2].sum()
+    )  # SAMPLES column: the table and the count agree
+    assert seen < 16000  # written while the run was going, not at an end it never reached
+
+
+def test_resume_from_auto_continues_this_folders_run_and_never_a_completed_one(tmp_path):
+    """What a restarted job does (torchrun --max-restarts, a requeued Slurm job): the same
+    command again, in the same folder, picks up from the folder's own last checkpoint."""
+    run_dir = tmp_path / "run"
+    args = [
+        "data=synthetic",
+        "data.num_samples=16000",
+        "data.num_test_samples=200",
+        "trainer.epochs=1",
+        "trainer.start_method=fork",
+        "checkpoint.every_n_steps=5",
+        "checkpoint.every_seconds=0",
+        "model._target_=faults.FaultyMLP",
+        "+model.at_step=40",
+        "+model.step_seconds=0.01",
+        "resume_from=auto",
+    ]
+    first = run_cli([*args, "+model.fault=raise"], run_dir)  # no checkpoint yet: auto starts fresh
+    assert first.returncode == 1, first.stderr
+    assert read_summary(run_dir)["resumed_from"] is None
+    second = run_cli([*args, "+model.fault=none"], run_dir)  # the failed run's folder: auto resumes
+    assert second.returncode == 0, second.stderr
+    s = read_summary(run_dir)
+    assert s["status"] == "completed" and s["resumed_from"] == str(
+        run_dir / "checkpoints" / "last.pt"
+    )
+    assert s["samples_seen"] == 16000 and 0 < s["total_samples"] < 16000
+    before = (run_dir / "summary.json").read_text()
+    third = run_cli([*args, "+model.fault=none"], run_dir)  # a completed run is never run again
+    assert third.returncode == 2
+    assert "resume_from=auto" in third.stderr and "already holds a completed run" in third.stderr
+    assert (run_dir / "summary.json").read_text() == before

@@ -1,0 +1,268 @@
+"""Helpers shared by both tiers of tests: run the CLI as a user would, compose configs, wait for
+events, check that nothing is left behind, make small data files."""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+
+# A small, fast, learnable workload for end-to-end runs.
+SMALL = [
+    "data=synthetic",
+    "data.num_samples=2000",
+    "data.num_test_samples=500",
+    "data.noise=2.0",
+    "trainer.epochs=1",
+]
+NOT_WRITTEN = ("summary.json", "tensorboard", "checkpoints")
+
+
+# ---- the CLI in a subprocess ----
+
+
+def cli_command(args, run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "hogwild", "train", f"hydra.run.dir={run_dir}", *args]
+
+
+def cli_env(tag: str = "", **extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "HOGWILD_TEST_TAG": tag, **extra}
+    env.pop("HOGWILD_PROGRESS", None)
+    env.pop("HYDRA_FULL_ERROR", None)
+    return env
+
+
+def run_cli(
+    args, run_dir: Path, timeout: float = 120, tag: str = "", cwd=None, **popen
+) -> subprocess.CompletedProcess:
+    """`python -m hogwild train ...` in a subprocess, its outputs in run_dir."""
+    return subprocess.run(
+        cli_command(args, run_dir),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(tag),
+        cwd=cwd or run_dir.parent,
+        **popen,
+    )
+
+
+def run_sweep(args, sweep_dir: Path, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`python -m hogwild train -m ...`: a Hydra multirun, one run folder per job in sweep_dir."""
+    cmd = [sys.executable, "-m", "hogwild", "train", "-m", f"hydra.sweep.dir={sweep_dir}", *args]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=cli_env(), cwd=sweep_dir.parent
+    )
+
+
+def cli_here(args, run_dir: Path) -> subprocess.CompletedProcess:
+    """`hogwild train ...` in THIS process, for runs that must be refused before any worker
+    starts (the unit tier): the same exit code and stderr as run_cli, without paying a fresh
+    interpreter and torch import. fork, so that no fork server is booted either."""
+    import contextlib
+    import io
+    import multiprocessing
+
+    from hogwild import cli
+
+    argv = ["train", f"hydra.run.dir={run_dir}", "trainer.start_method=fork", *args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(argv)
+    assert not multiprocessing.active_children(), "a refused run started a process"
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def read_summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def assert_refused_cleanly(
+    result, run_dir: Path, *fragments: str, prefix: str = "hogwild: error: "
+) -> str:
+    """Exit 2, one line on stderr that says it all, no traceback, no output written."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(prefix), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+    for output in NOT_WRITTEN:
+        assert not (run_dir / output).exists(), output
+    return lines[0]
+
+
+# ---- composing configs in-process ----
+
+
+def compose(overrides=()) -> dict:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from hogwild.cli import config_dir, register_defaults
+
+    register_defaults()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = hydra_compose(config_name="train", overrides=list(overrides))
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def run_config(overrides=()):
+    from hogwild.run_config import build_run_config
+
+    return build_run_config(compose(overrides), output_dir="unused")
+
+
+# ---- waiting, processes, shared memory ----
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.05) -> bool:
+    """Poll for an event with a generous cap (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def shm_entries() -> set[str]:
+    try:
+        return {e for e in os.listdir("/dev/shm") if e.startswith(("torch_", "sem.mp"))}
+    except FileNotFoundError:
+        return set()
+
+
+def tagged_processes(tag: str) -> list[psutil.Process]:
+    """Live processes that inherited HOGWILD_TEST_TAG=tag: the orchestrator, its workers, its
+    fork server and resource tracker — wherever they were re-parented to."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("HOGWILD_TEST_TAG") == tag and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def worker_processes(tag: str, orchestrator_pid: int) -> list[psutil.Process]:
+    """The training workers among a run's tagged processes: not the orchestrator, its fork server
+    (a child of the orchestrator) or the resource tracker. Forkserver workers are children of
+    the fork server and carry its command line."""
+    workers = []
+    for p in tagged_processes(tag):
+        try:
+            cmd = " ".join(p.cmdline())
+            helper = "resource_tracker" in cmd or (
+                "forkserver" in cmd and p.ppid() == orchestrator_pid
+            )
+            if p.pid != orchestrator_pid and not helper:
+                workers.append(p)
+        except psutil.Error:
+            pass
+    return workers
+
+
+def assert_nothing_left(tag: str) -> None:
+    assert wait_until(lambda: not tagged_processes(tag), 10), [
+        p.cmdline() for p in tagged_processes(tag)
+    ]
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then closed: connections to it are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def closed_port_url() -> str:
+    return f"http://127.0.0.1:{free_port()}/"
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+
+# ---- TensorBoard event files ----
+
+
+def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def tensorboard_tags(run_dir: Path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    return set(acc.Tags()["scalars"])
+
+
+# ---- MNIST-format files ----
+
+IMAGES_MAGIC, LABELS_MAGIC = 0x803, 0x801
+
+
+def idx_bytes(array: np.ndarray, magic: int) -> bytes:
+    header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def write_idx(path: Path, array: np.ndarray, magic: int) -> None:
+    data = idx_bytes(array, magic)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+
+
+def write_mnist(folder: Path, arrays: dict[str, np.ndarray], gz: bool) -> None:
+    for name, array in arrays.items():
+        write_idx(
+            folder / (name + (".gz" if gz else "")),
+            array,
+            LABELS_MAGIC if array.ndim == 1 else IMAGES_MAGIC,
+        )
+
+
+def fake_mnist(n_train=50, n_test=20, rows=28, cols=28, seed=0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "train-images-idx3-ubyte": rng.integers(0, 256, (n_train, rows, cols), dtype=np.uint8),
+        "train-labels-idx1-ubyte": rng.integers(0, 10, n_train, dtype=np.uint8),
+        "t10k-images-idx3-ubyte": rng.integers(0, 256, (n_test, rows, cols), dtype=np.uint8),
+        "t10k-labels-idx1-ubyte": rng.integers(0, 10, n_test, dtype=np.uint8),
+    }
+
+
+def learnable_mnist(folder: Path, n_train=3000, n_test=500, seed=0) -> None:
+    """MNIST-format IDX files of 28x28 uint8 images: one blocky 4x4 pattern per class plus noise."""
+    rng = np.random.default_rng(seed)
+    prototypes = np.kron(rng.uniform(0, 1, size=(10, 4, 4)) > 0.5, np.ones((7, 7))) * 255.0
+    arrays = {}
+    for split, n in (("train", n_train), ("t10k", n_test)):
+        labels = rng.integers(0, 10, size=n).astype(np.uint8)
+        images = np.clip(prototypes[labels] + rng.normal(0, 40, size=(n, 28, 28)), 0, 255).astype(
+            np.uint8
+        )
+        arrays[f"{split}-images-idx3-ubyte"], arrays[f"{split}-labels-idx1-ubyte"] = images, labels
+    write_mnist(folder, arrays, gz=True)

@@ -1,0 +1,165 @@
+"""Pre-flight checks: a run that would die deep inside torch ("Too many open files", "No space
+left on device", a bare "Bus error") is refused up front with one line and a way out, and a run
+that can be made to work (a soft open-file limit that can be raised) just works."""
+
+from __future__ import annotations
+
+import shutil
+from collections import namedtuple
+
+import pytest
+import torch
+
+from hogwild import HogwildError, sharing
+from hogwild.sharing import FD_HEADROOM, PreflightError
+
+Budget = namedtuple("Budget", "before after error")
+
+
+class Limits:
+    """resource's open-file limits, faked: what ensure_fd_budget reads and sets, in this process."""
+
+    def __init__(self, soft: int, hard: int):
+        self.value = (soft, hard)
+
+    def getrlimit(self, which):
+        return self.value
+
+    def setrlimit(self, which, value):
+        assert value[1] == self.value[1], "the hard limit must never change"
+        self.value = value
+
+
+def budget(monkeypatch, num_tensors: int, strategy: str, soft: int, hard: int = 20000) -> Budget:
+    limits = Limits(soft, hard)
+    monkeypatch.setattr(sharing.resource, "getrlimit", limits.getrlimit)
+    monkeypatch.setattr(sharing.resource, "setrlimit", limits.setrlimit)
+    before, error = limits.value, None
+    try:
+        sharing.ensure_fd_budget(num_tensors, strategy)
+    except PreflightError as e:
+        error = str(e)
+    return Budget(before, limits.value, error)
+
+
+# ---- open files under file_descriptor ----
+
+
+def test_fd_budget_raises_the_soft_limit_when_the_hard_limit_allows(monkeypatch):
+    needed = 300 + FD_HEADROOM
+    b = budget(monkeypatch, 300, "file_descriptor", soft=64)
+    assert b.error is None
+    assert b.before[0] == 64
+    assert b.after == (needed, b.before[1])  # raised to what is needed, the hard limit untouched
+
+
+def test_fd_budget_leaves_a_sufficient_soft_limit_alone(monkeypatch):
+    b = budget(monkeypatch, 300, "file_descriptor", soft=4096)
+    assert b.error is None and b.after == b.before  # never lowered
+
+
+def test_fd_budget_refuses_when_the_hard_limit_is_too_low(monkeypatch):
+    b = budget(monkeypatch, 300, "file_descriptor", soft=64, hard=64)
+    assert b.after == b.before == (64, 64)
+    assert b.error is not None and "\n" not in b.error
+    assert "trainer.sharing_strategy='file_descriptor'" in b.error
+    assert "trainer.sharing_strategy=file_system" in b.error
+    assert "300 shared tensors" in b.error and "64" in b.error
+
+
+def test_fd_budget_refuses_one_short_of_the_headroom(monkeypatch):
+    hard = 300 + FD_HEADROOM - 1
+    b = budget(monkeypatch, 300, "file_descriptor", soft=64, hard=hard)
+    assert b.error is not None and f"hard {hard}" in b.error
+
+
+@pytest.mark.parametrize("num_tensors", [300, 1_000_000])
+def test_fd_budget_never_refuses_file_system(monkeypatch, num_tensors):
+    b = budget(monkeypatch, num_tensors, "file_system", soft=64, hard=64)
+    assert b.error is None and b.after == b.before == (64, 64)
+
+
+# ---- forkserver hands a worker at most 256 fds (multiprocessing.forkserver.MAXFDS_TO_SEND) ----
+
+
+def test_fd_passing_limit_applies_to_forkserver_with_file_descriptor_only():
+    most = sharing.multiprocessing.forkserver.MAXFDS_TO_SEND - sharing.FORKSERVER_EXTRA_FDS - 1
+    sharing.check_fd_passing(most, "forkserver", "file_descriptor")
+    with pytest.raises(PreflightError) as info:
+        sharing.check_fd_passing(most + 1, "forkserver", "file_descriptor")
+    message = str(info.value)
+    assert (
+        "\n" not in message
+        and f"at most {most} shared tensors" in message
+        and f"have {most + 1}" in message
+    )
+    assert (
+        "trainer.start_method='forkserver'" in message
+        and "trainer.sharing_strategy=file_system" in message
+    )
+    for start_method, strategy in [
+        ("forkserver", "file_system"),
+        ("fork", "file_descriptor"),
+        ("spawn", "file_descriptor"),
+    ]:
+        sharing.check_fd_passing(10_000, start_method, strategy)
+
+
+# ---- /dev/shm space ----
+
+
+def test_storage_bytes_counts_whole_cpu_storages():
+    big = torch.zeros(1000, dtype=torch.float32)
+    view = big[:10]  # shares (and pins) the whole storage
+    small = torch.zeros(3, dtype=torch.int64)
+    assert sharing.storage_bytes([view, small]) == 4000 + 24
+    assert sharing.storage_bytes([]) == 0
+
+
+def test_shm_space_refuses_more_than_is_free(tmp_path):
+    free = shutil.disk_usage(tmp_path).free
+    with pytest.raises(PreflightError) as info:
+        sharing.check_shm_space(2 * free + 2**30, shm_dir=str(tmp_path))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{tmp_path} has ") and "MiB free" in message
+    assert f"{(2 * free + 2**30) / 2**20:.1f} MiB of shared memory" in message
+    sharing.check_shm_space(4096, shm_dir=str(tmp_path))  # what fits passes
+
+
+def test_shm_space_keeps_headroom(tmp_path, monkeypatch):
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(
+        sharing.shutil, "disk_usage", lambda path: usage(100 * 2**20, 0, 100 * 2**20)
+    )
+    sharing.check_shm_space(90 * 2**20, shm_dir=str(tmp_path))
+    with pytest.raises(PreflightError, match="100.0 MiB free .* need 99.0 MiB"):
+        sharing.check_shm_space(99 * 2**20, shm_dir=str(tmp_path))
+
+
+def test_shm_space_without_the_folder_is_not_an_error(tmp_path):
+    sharing.check_shm_space(2**60, shm_dir=str(tmp_path / "no-such-dir"))
+
+
+def test_api_refuses_fork_with_threads_when_the_parent_runs_a_thread_pool(tmp_path):
+    """OpenMP after fork: such workers hang forever, so the run is refused before anything starts."""
+    from hogwild import Trainer, TrainerConfig
+    from hogwild.data import make_synthetic
+
+    data = make_synthetic(num_samples=256, num_test_samples=64, input_shape=[8], num_classes=2)
+    trainer = Trainer(
+        torch.nn.Linear(8, 2),
+        data,
+        torch.optim.SGD,
+        TrainerConfig(start_method="fork", threads_per_worker=2),
+        batch_size=32,
+        output_dir=str(tmp_path / "run"),
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(HogwildError, match="threads_per_worker=2.*forkserver"):
+            trainer.fit()
+    finally:
+        torch.set_num_threads(threads)
+    assert not (tmp_path / "run").exists()

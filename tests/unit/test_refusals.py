@@ -1,0 +1,84 @@
+"""Bad input through the CLI, in-process: one clear line, exit code 2, nothing started or
+written. (tests/e2e/test_errors.py checks the same rule on a real `python -m hogwild` process.)"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from hogwild import checkpoint
+
+from support import SMALL, assert_refused_cleanly, cli_here, free_port
+
+
+@pytest.mark.parametrize(
+    "override, fragments",
+    [
+        ("trainer.num_workers=0", ["trainer.num_workers=0", "integer >= 1"]),
+        (
+            "trainer.start_method=threads",
+            ["trainer.start_method='threads'", "fork, spawn, forkserver"],
+        ),
+        ("trainer.sharing_strategy=nope", ["trainer.sharing_strategy='nope'", "file_system"]),
+        ("data.batch_size=0", ["data.batch_size=0", "integer >= 1"]),
+        ("trainer.epochs=-1", ["trainer.epochs=-1", "integer >= 1"]),
+        ("trainer.device=cuda:99", ["trainer.device='cuda:99'"]),  # refused with or without CUDA
+        ("model=convnet", ["convnet needs 1x28x28"]),
+        ("optimizer.lr=-1", ["optimizer SGD rejects its arguments", "learning rate"]),
+        ("model=mf", ["model=mf needs a ratings data set"]),
+        ("model=sparse_linear", ["model=sparse_linear needs sparse feature data"]),
+    ],
+)
+def test_bad_config_is_one_line_and_writes_nothing(tmp_path, override, fragments):
+    run_dir = tmp_path / "run"
+    assert_refused_cleanly(cli_here([override], run_dir), run_dir, *fragments)
+
+
+def test_mnist_offline_is_one_line_naming_the_files_and_folder(tmp_path):
+    root, run_dir = tmp_path / "mnist", tmp_path / "run"
+    mirror = f"data.mirrors=[http://127.0.0.1:{free_port()}/]"
+    result = cli_here(["+experiment=mnist", f"data.root={root}", mirror], run_dir)
+    assert_refused_cleanly(result, run_dir, str(root), "train-images-idx3-ubyte")
+
+
+def test_mnist_without_download_is_one_line(tmp_path):
+    root, run_dir = tmp_path / "mnist", tmp_path / "run"
+    result = cli_here(["+experiment=mnist", f"data.root={root}", "data.download=false"], run_dir)
+    assert_refused_cleanly(result, run_dir, str(root), "data.download=false")
+
+
+def refused_resume(result, run_dir, *fragments):
+    prefix = "hogwild: error: resume_from="
+    return assert_refused_cleanly(result, run_dir, *fragments, prefix=prefix)
+
+
+def test_resume_from_garbage_is_one_line_and_writes_nothing(tmp_path):
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"\x80\x04not really a pickle" * 50)
+    run_dir = tmp_path / "run"
+    result = cli_here([*SMALL, f"resume_from={garbage}"], run_dir)
+    refused_resume(result, run_dir, str(garbage), "not a loadable hogwild checkpoint")
+
+
+class _Payload:
+    """Pickles as a call to os.system: unpickling it with weights_only=False runs the command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import shlex
+
+        return (os.system, (f"touch {shlex.quote(str(self.marker))}",))
+
+
+def test_resume_from_a_hostile_checkpoint_never_runs_it(tmp_path):
+    marker = tmp_path / "payload-ran"
+    hostile = tmp_path / "hostile.pt"
+    torch.save({"format": checkpoint.FORMAT, "model": _Payload(marker)}, hostile)
+    run_dir = tmp_path / "run"
+    result = cli_here([*SMALL, f"resume_from={hostile}"], run_dir)
+    refused_resume(result, run_dir, str(hostile), "weights-only loader")
+    assert not marker.exists()

@@ -1,0 +1,165 @@
+"""The run loop's rules, driven with hand-made events: no processes, no clocks."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from hogwild.protocol import Done, EpochEnd, Failure, Hello, Progress
+from hogwild.run_state import (
+    Exited,
+    Failed,
+    Finished,
+    Restart,
+    RunFailed,
+    RunState,
+    Signal,
+    StopWorkers,
+    Terminate,
+    Tick,
+)
+
+
+def state(**kw) -> RunState:
+    return RunState(num_workers=2, **kw)
+
+
+def test_a_run_whose_workers_all_finish_completes_with_exit_code_0():
+    st = state()
+    for rank in (0, 1):
+        assert st.apply(Done(rank)) == []
+        assert st.apply(Exited(rank, 0)) == []
+    assert st.running
+    st.all_exited()
+    assert (st.status, st.exit_code, st.error) == ("completed", 0, None)
+
+
+def test_a_worker_that_dies_without_done_fails_the_run_with_its_exit_code():
+    st = state()
+    actions = st.apply(Exited(1, -9))
+    assert [type(a) for a in actions] == [Failed, StopWorkers]
+    failure = actions[0].failure
+    assert (failure.rank, failure.reason, failure.exitcode, failure.signal_name) == (
+        1,
+        "killed by SIGKILL",
+        -9,
+        "SIGKILL",
+    )
+    assert st.status == "failed" and st.exit_code == 1
+    assert st.error == {"rank": 1, "reason": "killed by SIGKILL"}
+
+
+def test_a_worker_that_said_why_fails_the_run_with_its_message_and_traceback():
+    st = state()
+    st.apply(Failure(0, "exception", "ZeroDivisionError: boom", "Traceback ..."))
+    (failed, _) = st.apply(Exited(0, 1))
+    assert failed.failure.reason == "ZeroDivisionError: boom"
+    assert failed.failure.traceback == "Traceback ..." and failed.failure.exitcode == 1
+
+
+def test_a_clean_exit_without_done_is_a_failure_too():
+    st = state()
+    st.apply(Exited(0, 0))
+    assert st.status == "failed" and st.error["reason"] == "exit code 0"
+
+
+def test_restart_replaces_a_dead_worker_up_to_max_restarts():
+    st = state(on_failure="restart", max_restarts=2)
+    for count in (1, 2):
+        (restart,) = st.apply(Exited(1, -9))
+        assert isinstance(restart, Restart) and (restart.failure.rank, restart.count) == (1, count)
+        assert st.running
+    assert isinstance(st.apply(Exited(1, -9))[0], Failed)  # the third death ends the run
+    assert st.status == "failed" and st.restarts == 2
+
+
+def test_a_non_finite_loss_is_never_restarted():
+    st = state(on_failure="restart", max_restarts=5)
+    st.apply(Failure(1, "nonfinite", "worker 1: non-finite loss (nan)", ""))
+    assert isinstance(st.apply(Exited(1, 1))[0], Failed)
+
+
+def test_deaths_while_stopping_are_no_news():
+    st = state()
+    st.apply(Exited(0, -9))
+    assert st.apply(Exited(1, -15)) == []  # ended by the shutdown
+    assert st.error["rank"] == 0
+
+
+@pytest.mark.parametrize(
+    "signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
+)
+def test_a_signal_interrupts_the_run_and_sets_its_exit_code(signum, code):
+    st = state()
+    (stop,) = st.apply(Signal(signum))
+    assert isinstance(stop, StopWorkers) and stop.reason == signal.Signals(signum).name
+    assert st.status == "interrupted" and st.exit_code == code and st.error is None
+
+
+def test_the_grace_period_then_terminate():
+    st = state(grace_seconds=5.0)
+    assert st.apply(Tick(100.0)) == []  # running: nothing is due
+    st.apply(Signal(signal.SIGINT))
+    assert st.apply(Tick(100.0)) == []  # the grace period starts
+    assert st.apply(Tick(104.9)) == []
+    assert st.apply(Tick(105.0)) == [Terminate()]
+
+
+def test_a_second_signal_terminates_at_the_next_tick():
+    st = state(grace_seconds=60.0)
+    st.apply(Signal(signal.SIGINT))
+    st.apply(Tick(0.0))
+    assert st.apply(Signal(signal.SIGINT)) == []
+    assert st.apply(Tick(0.1)) == [Terminate()]
+    assert st.status == "interrupted" and st.signal == signal.SIGINT  # the first one counts
+
+
+def test_a_run_failed_by_the_orchestrator_names_rank_minus_one():
+    st = state()
+    (stop,) = st.apply(RunFailed("node 1: sync round 3 failed"))
+    assert isinstance(stop, StopWorkers)
+    assert st.error == {"rank": -1, "reason": "node 1: sync round 3 failed"}
+
+
+def test_a_node_leaving_after_ctrl_c_does_not_turn_an_interrupt_into_a_failure():
+    st = state()
+    st.apply(Signal(signal.SIGINT))
+    assert st.apply(RunFailed("node 1: the peer left")) == []
+    assert st.status == "interrupted" and st.error is None
+
+
+def test_a_goal_reached_completes_the_run_and_stops_the_workers():
+    st = state()
+    (stop,) = st.apply(Finished("solved"))
+    assert isinstance(stop, StopWorkers) and st.status == "completed" and st.exit_code == 0
+    assert st.finished_reason == "solved"
+
+
+def test_epochs_complete_is_the_slowest_ranks():
+    st = state(epochs_done=[1, 1])
+    assert st.epochs_complete == 1
+    st.apply(EpochEnd(0, 1))
+    assert st.epochs_complete == 1
+    st.apply(EpochEnd(1, 1))
+    assert st.epochs_complete == 2
+    st.apply(EpochEnd(1, 0))  # an old message never lowers the count
+    assert st.epochs_done == [2, 2]
+
+
+def test_progress_spans_the_first_step_to_the_last_and_hello_is_kept():
+    st = state()
+    st.apply(Progress(0, 10, 640, 5.0, t_first=2.0, t_last=3.0, lr=0.1))
+    st.apply(Progress(1, 10, 640, 5.0, t_first=1.5, t_last=2.5, lr=0.1))
+    assert (st.t_first, st.t_last) == (1.5, 3.0)
+    st.apply(Hello(1, "file_system", 1))
+    assert st.hello[1].sharing_strategy == "file_system"
+
+
+def test_the_status_never_goes_back():
+    st = state()
+    st.apply(Signal(signal.SIGTERM))
+    st.apply(Exited(0, -9))
+    st.apply(Finished("solved"))
+    st.all_exited()
+    assert st.status == "interrupted" and st.exit_code == 143

@@ -1,0 +1,80 @@
+"""The run's summary: one dataclass for summary.json and the console report; strict JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hogwild.summary import Summary, plural
+
+
+def summary(**overrides) -> Summary:
+    fields = dict(
+        status="completed", exit_code=0, num_workers=2, start_method="fork", sharing_strategy="file_system",
+        worker_sharing_strategies=["file_system"] * 2, device="cpu", threads_per_worker=1,
+        memory_format="contiguous", data_on_device=False, total_samples=4000, samples_seen=4000,
+        resumed_from=None, wall_seconds=5.0, train_seconds=0.5, startup_seconds=2.0,
+        samples_per_second=8000.0, final_train_loss=0.3, worker_restarts=0, staleness=None,
+        optimizer_shared=False, schedule={"name": "constant"}, optimizer_state_steps=None,
+        workload={"epochs": 2, "task": "classification", "test_loss": 0.2, "test_accuracy": 0.95,
+                  "test_rmse": None},
+    )  # fmt: skip
+    return Summary(**{**fields, **overrides})
+
+
+def test_the_json_is_flat_with_the_workload_fields_and_without_empty_sections(tmp_path):
+    path = tmp_path / "summary.json"
+    summary().write(str(path))
+    data = json.loads(path.read_text())
+    assert data["epochs"] == 2 and data["test_accuracy"] == 0.95 and "workload" not in data
+    assert "error" not in data and "distributed" not in data
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_non_finite_figures_are_null_never_a_bare_nan(tmp_path):
+    path = tmp_path / "summary.json"
+    nan = float("nan")
+    s = summary(final_train_loss=nan, workload={"test_loss": float("inf"), "nested": [nan, 1.0]})
+    s.write(str(path))
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    data = json.loads(text)
+    assert (
+        data["final_train_loss"] is None
+        and data["test_loss"] is None
+        and data["nested"] == [None, 1.0]
+    )
+
+
+def test_a_failed_run_reports_the_rank_and_reason_on_stderr(tmp_path):
+    s = summary(status="failed", exit_code=1, error={"rank": 1, "reason": "killed by SIGKILL"})
+    failure, lines = s.report(str(tmp_path))
+    assert failure == "hogwild: run failed: worker 1: killed by SIGKILL"
+    assert lines[0] == "run failed"
+    orchestrator = summary(
+        status="failed", exit_code=1, error={"rank": -1, "reason": "node 1 is gone"}
+    )
+    assert orchestrator.report(str(tmp_path))[0] == "hogwild: run failed: node 1 is gone"
+
+
+def test_the_report_says_where_everything_is(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.pt").write_bytes(b"x")
+    failure, lines = summary().report(str(tmp_path))
+    text = "\n".join(lines)
+    assert failure is None and lines[0] == "run completed"
+    assert "test accuracy  95.00%" in text and "8,000 (2 workers, fork, file_system)" in text
+    assert "checkpoints/last.pt" in text and "tensorboard --logdir" in text
+
+
+def test_a_regression_run_reports_its_rmse(tmp_path):
+    s = summary(
+        workload={"task": "regression", "test_loss": 0.1, "test_rmse": 0.316, "test_accuracy": None}
+    )
+    assert "test RMSE      0.3160" in "\n".join(s.report(str(tmp_path))[1])
+
+
+@pytest.mark.parametrize("n, text", [(1, "1 worker"), (2, "2 workers"), (0, "0 workers")])
+def test_plurals(n, text):
+    assert plural(n, "worker") == text

@@ -1,0 +1,127 @@
+"""A worker's step loop, run in this process: the context and the supervised task without a
+worker process. What the context does for every workload: the non-finite check before the
+update, the counters, the reports, the epoch ends, the stop flag."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+
+from hogwild.config import ScheduleConfig
+from hogwild.data import make_synthetic
+from hogwild.device import Layout
+from hogwild.protocol import Control, EpochEnd, Progress, WorkerSpec
+from hogwild.worker import NonFinite, WorkerContext
+from hogwild.workloads.supervised import SupervisedWorkload
+
+
+class Pipe:
+    """What a worker would send to the orchestrator, kept in a list."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, message):
+        self.sent.append(message)
+
+    def of(self, kind):
+        return [m for m in self.sent if isinstance(m, kind)]
+
+
+def context(
+    model, num_workers=1, rank=0, log_every=5, skip_nonfinite=False, control=None, total=1000
+):
+    spec = WorkerSpec(
+        num_workers=num_workers, seed=0, threads=1, sharing_strategy="file_system", device="cpu",
+        log_every_n_steps=log_every, optimizer_factory=functools.partial(torch.optim.SGD, lr=0.1),
+        skip_nonfinite=skip_nonfinite, schedule=ScheduleConfig(), total_units=total, orchestrator_pid=0,
+        task=None,
+    )  # fmt: skip
+    conn = Pipe()
+    control = control or Control(num_workers)
+    return WorkerContext(rank, spec, model, control, [], conn), control, conn
+
+
+def task(num_samples=100, batch_size=10, epochs=2):
+    data = make_synthetic(
+        num_samples=num_samples, num_test_samples=10, input_shape=[4], num_classes=2
+    )
+    return SupervisedWorkload(data, batch_size, epochs).task(torch.device("cpu"), Layout())
+
+
+def test_a_task_runs_its_shard_of_every_epoch_and_counts_it():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    ctx, control, conn = context(model, num_workers=2, rank=1)
+    task(num_samples=100, batch_size=10, epochs=2).run(ctx)
+    ctx.report.flush()
+    epoch, batch, samples, steps = control.progress[1].tolist()
+    assert (epoch, batch, samples, steps) == (2, 0, 100, 10)  # 50 samples a epoch, in 5 batches
+    assert control.progress[0].tolist() == [0, 0, 0, 0]  # a rank writes its own row only
+    assert [m.epoch for m in conn.of(EpochEnd)] == [0, 1]
+    progress = conn.of(Progress)
+    assert sum(m.steps for m in progress) == 10 and sum(m.samples for m in progress) == 100
+    assert all(math.isfinite(m.loss_sum) and m.lr == pytest.approx(0.1) for m in progress)
+
+
+def test_a_replacement_worker_continues_at_the_first_batch_not_yet_applied():
+    model = torch.nn.Linear(4, 2)
+    control = Control(1)
+    control.progress[0] = torch.tensor([1, 3, 130, 13])  # epoch 1, 3 batches of it done
+    ctx, control, conn = context(model, control=control)
+    task(num_samples=100, batch_size=10, epochs=2).run(ctx)
+    assert control.progress[0].tolist() == [2, 0, 130 + 70, 13 + 7]
+    assert [m.epoch for m in conn.of(EpochEnd)] == [1]
+
+
+def test_the_stop_flag_ends_the_loop_before_the_next_step():
+    model = torch.nn.Linear(4, 2)
+    ctx, control, conn = context(model)
+    control.stop[0] = 1
+    task().run(ctx)
+    assert control.progress[0].tolist() == [0, 0, 0, 0]
+
+
+class NaNAfter(torch.nn.Module):
+    def __init__(self, calls: int):
+        super().__init__()
+        self.linear, self.calls, self.left = torch.nn.Linear(4, 2), 0, calls
+
+    def forward(self, x):
+        self.calls += 1
+        out = self.linear(x)
+        return out * float("nan") if self.calls > self.left else out
+
+
+def test_a_non_finite_loss_fails_before_the_update_touches_the_weights():
+    model = NaNAfter(calls=3)
+    ctx, control, _ = context(model)
+    with pytest.raises(NonFinite, match=r"worker 0: non-finite loss \(nan\) at epoch 0, batch 3"):
+        task().run(ctx)
+    before = [p.detach().clone() for p in model.parameters()]
+    assert all(torch.isfinite(p).all() for p in before)
+    assert control.progress[0].tolist()[2:] == [30, 3]  # 3 good steps were applied
+
+
+def test_skip_nonfinite_skips_the_batch_and_goes_on():
+    model = NaNAfter(calls=3)
+    ctx, control, _ = context(model, skip_nonfinite=True)
+    task(num_samples=100, batch_size=10, epochs=1).run(ctx)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert control.progress[0].tolist()[2:] == [30, 3]
+
+
+def test_staleness_counts_the_other_workers_updates_between_read_and_write():
+    from hogwild import staleness
+
+    model = torch.nn.Linear(4, 2)
+    ctx, control, _ = context(model, num_workers=2, rank=0)
+    x, y = torch.zeros(3, 4), torch.tensor([0, 1, 0])
+    ctx.begin()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    control.progress[1, Control.STEPS] += 4  # rank 1 applied 4 updates meanwhile
+    assert ctx.step(loss, 3, batch=1)
+    assert staleness.stats(control.staleness.numpy()[0])["max"] == 4.0
