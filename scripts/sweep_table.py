@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from hogwild.bench.report import pyplot
+from hogwild.bench.report import print_cells, pyplot
 
 FIELDS = ("status", "num_workers", "samples_per_second", "test_accuracy", "wall_seconds")
 
@@ -68,15 +68,7 @@ def print_table(rows: list[dict]) -> None:
         ]
         for r, mine in zip(rows, own)
     ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    for i, row in enumerate(cells):
-        print(
-            "  ".join(
-                c.ljust(w) if j < 3 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))
-            )
-        )
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
+    print_cells(cells, left=3)
 
 
 def plot(rows: list[dict], path: Path) -> None:

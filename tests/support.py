@@ -27,6 +27,21 @@ SMALL = [
     "data.noise=2.0",
     "trainer.epochs=1",
 ]
+# A run long enough to checkpoint before it breaks: 2 workers x 64 samples per step give each
+# rank 125 steps; the model breaks at its 40th when `+model.fault=raise` is added (the test
+# says which fault), a checkpoint is written every 5 steps.
+FAILS_AT_STEP_40 = [
+    "data=synthetic",
+    "data.num_samples=16000",
+    "data.num_test_samples=200",
+    "trainer.epochs=1",
+    "trainer.start_method=fork",
+    "checkpoint.every_n_steps=5",
+    "checkpoint.every_seconds=0",
+    "model._target_=faults.FaultyMLP",
+    "+model.at_step=40",
+    "+model.step_seconds=0.01",
+]
 NOT_WRITTEN = ("summary.json", "tensorboard", "checkpoints")
 
 

@@ -56,6 +56,20 @@ def add_ratios(rows: list[dict]) -> None:
         r["vs_plain"] = ratio(r, ref) if r["impl"] == "framework" else None
 
 
+def print_cells(cells: list[list[str]], left: int) -> None:
+    """Rows of text cells in aligned columns, the first row a header underlined with dashes;
+    the first `left` columns are left-aligned (names), the rest right-aligned (figures)."""
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    for i, row in enumerate(cells):
+        print(
+            "  ".join(
+                c.ljust(w) if j < left else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))
+            )
+        )
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
 def print_table(rows: list[dict]) -> None:
     cols = [
         ("model", "model", "{}"),
@@ -74,15 +88,7 @@ def print_table(rows: list[dict]) -> None:
     cells = [[c[0] for c in cols]] + [
         [("-" if r.get(k) is None else f.format(r[k])) for _, k, f in cols] for r in rows
     ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
-    for i, row in enumerate(cells):
-        print(
-            "  ".join(
-                c.ljust(w) if j < 4 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))
-            )
-        )
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
+    print_cells(cells, left=4)
     for r in rows:
         if r.get("error"):
             print(

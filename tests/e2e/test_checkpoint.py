@@ -10,7 +10,7 @@ import torch
 
 from hogwild import checkpoint
 
-from support import SMALL, assert_refused_cleanly, read_summary, run_cli
+from support import FAILS_AT_STEP_40, SMALL, assert_refused_cleanly, read_summary, run_cli
 
 
 def refused(result, run_dir, *fragments):
@@ -39,20 +39,7 @@ def test_cli_resume_with_other_num_workers_is_refused(tmp_path):
 
 def test_periodic_checkpoint_survives_a_worker_failure(tmp_path):
     run_dir = tmp_path / "run"
-    # 2 workers x 64 samples per step: each rank has 125 steps, rank 1 raises at its 40th
-    args = [
-        "data=synthetic",
-        "data.num_samples=16000",
-        "data.num_test_samples=200",
-        "trainer.epochs=1",
-        "trainer.start_method=fork",
-        "checkpoint.every_n_steps=5",
-        "checkpoint.every_seconds=0",
-        "model._target_=faults.FaultyMLP",
-        "+model.fault=raise",
-        "+model.at_step=40",
-        "+model.step_seconds=0.01",
-    ]
+    args = [*FAILS_AT_STEP_40, "+model.fault=raise"]  # rank 1 raises at its 40th step
     result = run_cli(args, run_dir)
     assert result.returncode == 1, result.stderr
     assert "ZeroDivisionError: injected fault in forward" in result.stderr
@@ -74,19 +61,7 @@ def test_resume_from_auto_continues_this_folders_run_and_never_a_completed_one(t
     """What a restarted job does (torchrun --max-restarts, a requeued Slurm job): the same
     command again, in the same folder, picks up from the folder's own last checkpoint."""
     run_dir = tmp_path / "run"
-    args = [
-        "data=synthetic",
-        "data.num_samples=16000",
-        "data.num_test_samples=200",
-        "trainer.epochs=1",
-        "trainer.start_method=fork",
-        "checkpoint.every_n_steps=5",
-        "checkpoint.every_seconds=0",
-        "model._target_=faults.FaultyMLP",
-        "+model.at_step=40",
-        "+model.step_seconds=0.01",
-        "resume_from=auto",
-    ]
+    args = [*FAILS_AT_STEP_40, "resume_from=auto"]
     first = run_cli([*args, "+model.fault=raise"], run_dir)  # no checkpoint yet: auto starts fresh
     assert first.returncode == 1, first.stderr
     assert read_summary(run_dir)["resumed_from"] is None

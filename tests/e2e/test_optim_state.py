@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from support import SMALL, read_summary, run_cli
+from support import FAILS_AT_STEP_40, SMALL, read_summary, run_cli
 
 
 def test_workers_update_one_shared_adam_state(tmp_path):
@@ -34,21 +34,7 @@ def test_a_resumed_run_continues_the_shared_optimizer_state(tmp_path):
     """The checkpoint carries the shared Adam state: after a failure and a resume, the shared
     step counter counts the steps of both attempts, not of the second alone."""
     run_dir = tmp_path / "run"
-    args = [
-        "data=synthetic",
-        "data.num_samples=16000",
-        "data.num_test_samples=200",
-        "trainer.epochs=1",
-        "trainer.start_method=fork",
-        "checkpoint.every_n_steps=5",
-        "checkpoint.every_seconds=0",
-        "optimizer=adam",
-        "optimizer.shared=true",
-        "model._target_=faults.FaultyMLP",
-        "+model.at_step=40",
-        "+model.step_seconds=0.01",
-        "resume_from=auto",
-    ]
+    args = [*FAILS_AT_STEP_40, "optimizer=adam", "optimizer.shared=true", "resume_from=auto"]
     assert run_cli([*args, "+model.fault=raise"], run_dir).returncode == 1
     saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     saved_step = int(saved["optimizer_state"][0]["step"])
