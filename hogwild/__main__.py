@@ -1,6 +1,4 @@
-import sys
-
-from hogwild.cli import main
+from hogwild.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

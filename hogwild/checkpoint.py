@@ -6,23 +6,28 @@ run has one (`optimizer.shared=true`), the fields a resumed run must agree on, a
 config — tensors and plain Python types only, so `torch.load(weights_only=True)`
 accepts it and a hostile file cannot run code. A save goes to a temp file in the same folder, is
 fsynced, then `os.replace`d over the old one: a kill at any moment leaves either the old or the
-new checkpoint, never half of one.
+new checkpoint, never half of one. It carries a CRC-32 of its tensors, checked on load; weights
+that are not finite are never written (over a good checkpoint or at all), and a write error is
+one line naming the file and the reason (hogwild.run_folder.write_error).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import tempfile
 import warnings
 import zipfile
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from hogwild import run_folder
 from hogwild.cadence import Cadence
-from hogwild.errors import CheckpointError
+from hogwild.errors import CheckpointError, RunFolderError
 
 FORMAT = 1
 # What a resumed run must share with the run it continues, or the shards would not line up.
@@ -49,12 +54,28 @@ def save(
         state["optimizer_state"] = [
             {k: v.detach().cpu().clone() for k, v in s.items()} for s in optimizer_state
         ]
+    bad = [k for k, v in state["model"].items() if v.is_floating_point() and not v.isfinite().all()]
+    if bad:  # never over a good one: the last good checkpoint stays where it is
+        raise CheckpointError(
+            f"not writing {path}: the shared weights are not finite ({', '.join(bad[:3])}); "
+            "the last checkpoint written, if any, is kept"
+        )
+    state["checksum"] = checksum(state)
+    buffer = io.BytesIO()  # serialized first: a write error is then the disk's, and one line
+    torch.save(state, buffer)
+    try:
+        _write_atomically(path, buffer.getbuffer())
+    except OSError as e:
+        raise run_folder.write_error(path, e) from None
+
+
+def _write_atomically(path: str, data: memoryview) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".last.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is an ordinary output file
@@ -68,6 +89,18 @@ def save(
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def checksum(state: Mapping[str, Any]) -> int:
+    """CRC-32 of every tensor's bytes (the model's, then the optimizer state's), in order."""
+    crc = 0
+    tensors = [*state["model"].values()]
+    for s in state.get("optimizer_state") or []:
+        tensors.extend(s[k] for k in sorted(s))
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            crc = zlib.crc32(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy(), crc)
+    return crc
 
 
 def load(path: str) -> dict[str, Any]:
@@ -109,6 +142,11 @@ def load(path: str) -> dict[str, Any]:
         )
     ):
         raise CheckpointError(f"resume_from={path!r} is damaged: 'optimizer_state' is malformed")
+    if "checksum" in state and state["checksum"] != checksum(state):  # older ones have none
+        raise CheckpointError(
+            f"resume_from={path!r} is damaged: its tensors do not match their checksum "
+            "(the file was changed or corrupted after it was written)"
+        )
     return state
 
 
@@ -192,6 +230,8 @@ class Checkpointer:
             record,
         )
         self.optimizer_state, self.enabled = optimizer_state, enabled
+        self.error: str | None = None  # why the last save failed (the earlier file is kept)
+        self.written = False
         self.every = Cadence(cfg.every_n_steps, cfg.every_seconds, start=int(progress[:, 3].sum()))
 
     def due(self, steps: int) -> bool:
@@ -205,4 +245,8 @@ class Checkpointer:
             return
         progress = self.progress.clone() if table is None else table
         run = {**self.facts, "samples_seen": int(progress[:, 2].sum())}
-        save(self.path, self.model, progress, run, self.record, self.optimizer_state)
+        try:
+            save(self.path, self.model, progress, run, self.record, self.optimizer_state)
+            self.written = True
+        except (CheckpointError, RunFolderError) as e:  # the run loop ends the run with it
+            self.error = str(e)

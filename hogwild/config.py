@@ -86,6 +86,12 @@ class TrainerConfig:
     grace_seconds: float = option(
         5.0, "how long stopping workers may take to finish their step before SIGTERM", Number(0.0)
     )
+    stall_seconds: float = option(
+        120.0,
+        "a worker that takes no step for this long is hung: its stack is logged, it is "
+        "killed and on_worker_failure applies (0 = off)",
+        Number(0.0),
+    )
     eval_batch_size: int = option(
         1000, "batch size of the orchestrator's evaluation passes", Int(1)
     )

@@ -9,10 +9,14 @@ of its own so that 16 workers do not drown the main charts).
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
+
+log = logging.getLogger("hogwild")
 
 
 class NullSink:
@@ -26,30 +30,57 @@ class NullSink:
 
 
 class Sinks(NullSink):
+    """The fan-out. A sink that fails (a full disk under TensorBoard, a closed terminal) is
+    dropped with one warning: dashboards are never worth a run."""
+
     def __init__(self, *sinks: NullSink):
-        self.sinks = sinks
+        self.sinks = list(sinks)
+
+    def _each(self, method: str, *args) -> None:
+        for s in list(self.sinks):
+            try:
+                getattr(s, method)(*args)
+            except Exception as e:  # noqa: BLE001 - any sink error: drop the sink, go on
+                self.sinks.remove(s)
+                log.warning(
+                    "%s stopped (%s: %s); training goes on", type(s).__name__, type(e).__name__, e
+                )
 
     def scalars(self, values, step):
-        for s in self.sinks:
-            s.scalars(values, step)
+        self._each("scalars", values, step)
 
     def advance(self, samples, postfix):
-        for s in self.sinks:
-            s.advance(samples, postfix)
+        self._each("advance", samples, postfix)
 
     def hparams(self, hparams, metrics):
-        for s in self.sinks:
-            s.hparams(hparams, metrics)
+        self._each("hparams", hparams, metrics)
 
     def close(self):
-        for s in self.sinks:
-            s.close()
+        self._each("close")
+
+
+def _quiet_writer_threads() -> None:
+    """TensorBoard's writer thread keeps a write error (a full disk) for the next add_* or
+    close, where Sinks reports it in one line, and then re-raises it in the thread, where
+    Python would print a traceback: that second copy is dropped."""
+    previous = threading.excepthook
+    if getattr(previous, "hogwild", False):
+        return
+
+    def hook(args) -> None:
+        writer_thread = type(args.thread).__name__ == "_AsyncWriterThread"
+        if not (writer_thread and isinstance(args.exc_value, OSError)):
+            previous(args)
+
+    hook.hogwild = True
+    threading.excepthook = hook
 
 
 class TensorBoardSink(NullSink):
     def __init__(self, log_dir: str):
         from torch.utils.tensorboard import SummaryWriter  # imported only where it is used
 
+        _quiet_writer_threads()
         self.writer = SummaryWriter(log_dir=log_dir)
 
     def scalars(self, values, step):
@@ -110,6 +141,7 @@ class ProgressWindow:
         self.samples_seen = (
             samples_seen  # all workers together, a resumed run's earlier ones included
         )
+        self.skipped = 0  # batches skipped for a non-finite loss or gradient, in all
         self._reset()
 
     def _reset(self) -> None:
@@ -119,7 +151,12 @@ class ProgressWindow:
         self.samples: dict[int, int] = {}
         self.lr: dict[int, float] = {}
 
-    def add(self, rank: int, steps: int, samples: int, loss_sum: float, lr: float) -> None:
+    def add(
+        self, rank: int, steps: int, samples: int, loss_sum: float, lr: float, skipped: int = 0
+    ) -> None:
+        self.skipped += skipped
+        if not steps:  # a report of skipped batches only
+            return
         self.lr[rank] = lr
         self.loss_sum[rank] = self.loss_sum.get(rank, 0.0) + loss_sum
         self.steps[rank] = self.steps.get(rank, 0) + steps
@@ -140,6 +177,8 @@ class ProgressWindow:
             for rank in sorted(self.steps):
                 values[f"workers/loss/rank_{rank:02d}"] = self.loss_sum[rank] / self.steps[rank]
                 values[f"workers/samples_per_second/rank_{rank:02d}"] = self.samples[rank] / elapsed
+            if self.skipped:
+                values["train/skipped_steps"] = self.skipped
             sinks.scalars(values, self.samples_seen)
             sinks.advance(sum(self.samples.values()), {"loss": f"{values['train/loss']:.4f}"})
         self._reset()

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from hogwild import checkpoint, sharing
+from hogwild import checkpoint, run_folder, sharing
 from hogwild import device as device_rules
 from hogwild.config import TrainerConfig
 from hogwild.device import Layout
-from hogwild.errors import ConfigError, HogwildError
+from hogwild.errors import ConfigError, HogwildError, RunFolderError
 from hogwild.protocol import Control
 
 
@@ -62,6 +65,26 @@ def check_folder(output_dir: str, resume_from: str | None) -> None:
         )
 
 
+def check_writable(output_dir: str, model: torch.nn.Module, optimizer_copies: int) -> None:
+    """The run folder takes files, and has room for two checkpoints (the one being written
+    lands next to the last good one) plus the summary and dashboards."""
+    folder = os.path.join(output_dir, "checkpoints")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        free = shutil.disk_usage(folder).free
+    except OSError as e:
+        raise run_folder.write_error(folder, e) from None
+    one = sharing.storage_bytes([*model.parameters(), *model.buffers()]) * (1 + optimizer_copies)
+    needed = 2 * one + 2**20
+    if free < needed:
+        raise RunFolderError(
+            f"{folder} has {free / 2**20:.1f} MiB free but two checkpoints need "
+            f"{needed / 2**20:.1f} MiB: free some space or choose another run folder"
+        )
+
+
 def check_threads(cfg: TrainerConfig) -> None:
     if cfg.start_method == "fork" and cfg.threads_per_worker > 1 and torch.get_num_threads() > 1:
         # OpenMP after fork: a child of a process whose thread pool has run (share_memory()
@@ -78,6 +101,10 @@ def check_threads(cfg: TrainerConfig) -> None:
 def check_optimizer(factory: Callable[..., torch.optim.Optimizer]) -> None:
     """Fail here, not in every worker. Also imports what optimizers import lazily (~1.2 s of
     torch._dynamo) once, before fork, instead of in every forked worker."""
+    keywords = getattr(factory, "keywords", {}) or {}
+    for key, value in keywords.items():  # the Python API: nan < 0 is False, torch takes it
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"optimizer.{key}={value} is not valid: expected a finite number")
     try:
         factory([torch.nn.Parameter(torch.zeros(1))])
     except (TypeError, ValueError) as e:
@@ -152,6 +179,8 @@ def _prepare(cfg, model, workload, optimizer_factory, output_dir, resume_from, n
     check_threads(cfg)
     workload.check(cfg.num_workers)
     check_optimizer(optimizer_factory)
+    if node.is_writer:
+        check_writable(output_dir, model, optimizer_copies=2)  # room for an Adam-sized state
     device = device_rules.resolve(cfg.device)
     on_device = device_rules.data_goes_to_device(
         sharing.storage_bytes(workload.host_tensors()), device, cfg.data_on_device

@@ -51,6 +51,7 @@ class WorkerSpec:
     total_units: int  # samples (or environment steps) of the whole run: the schedule's 100%
     orchestrator_pid: int  # the worker exits by itself when this process is gone
     task: Any  # the workload's worker half (hogwild.workloads): what one worker does, step by step
+    stack_dir: str = ""  # where a worker dumps its Python stack on SIGUSR1 (<dir>/<rank>.txt)
 
 
 class Control:
@@ -110,6 +111,7 @@ class Progress(NamedTuple):
     t_first: float  # monotonic time of the worker's first step (same in every message)
     t_last: float  # monotonic time of the latest step
     lr: float  # the worker's current learning rate (first parameter group)
+    skipped: int = 0  # batches skipped for a non-finite loss or gradient (skip_nonfinite=true)
 
 
 class EpochEnd(NamedTuple):

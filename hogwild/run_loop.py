@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any
 
-from hogwild import staleness, summary
+from hogwild import run_folder, staleness, summary
 from hogwild.checkpoint import Checkpointer
 from hogwild.errors import NodeSyncError
 from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks, TensorBoardSink
@@ -29,6 +29,7 @@ from hogwild.run_state import (
     RunFailed,
     RunState,
     Signal,
+    Stalled,
     StopWorkers,
     Terminate,
     Tick,
@@ -57,6 +58,7 @@ class RunLoop:
             cfg.on_worker_failure,
             cfg.max_restarts,
             cfg.grace_seconds,
+            cfg.stall_seconds,
         )
         self.window = ProgressWindow(samples_seen=self.initial)
         self.evaluator = (
@@ -92,7 +94,12 @@ class RunLoop:
             for event in self.supervisor.events(timeout=0.1):
                 if isinstance(event, Progress):
                     self.window.add(
-                        event.rank, event.steps, event.samples, event.loss_sum, event.lr
+                        event.rank,
+                        event.steps,
+                        event.samples,
+                        event.loss_sum,
+                        event.lr,
+                        event.skipped,
                     )
                 elif isinstance(event, Log):
                     log.log(event.level, "[worker %d] %s", event.rank, event.message)
@@ -101,12 +108,15 @@ class RunLoop:
                 self.apply(Signal(signum))
             if self.window.due():
                 self.flush()
-            if self.apply(Tick(time.monotonic())):
+            steps = tuple(int(n) for n in self.control.progress[:, Control.STEPS])
+            if self.apply(Tick(time.monotonic(), steps)):
                 break  # the caller escalates to SIGTERM / SIGKILL
             if st.running and self.checkpointer.due(
                 int(self.control.progress[:, Control.STEPS].sum())
             ):
                 self.node.checkpoint(self.checkpointer.save)
+            if self.checkpointer.error and st.running:
+                self.apply(RunFailed(self.checkpointer.error))
             self._node(
                 lambda: self.sinks.scalars(self.node.tick(st.running), self.window.samples_seen)
             )
@@ -161,6 +171,15 @@ class RunLoop:
                         "%s received: stopping the workers at their next step (again to force)",
                         action.reason,
                     )
+            elif isinstance(action, Stalled):
+                log.error(
+                    "worker %d took no step for %.0f s (trainer.stall_seconds=%g); where it is:\n%s",
+                    action.rank,
+                    action.seconds,
+                    self.t.cfg.stall_seconds,
+                    self.supervisor.stack(action.rank, self.t.stack_dir),
+                )
+                self.supervisor.kill(action.rank)
             elif isinstance(action, Terminate):
                 terminate = True
         return terminate
@@ -190,9 +209,14 @@ def finish(loop: RunLoop) -> summary.Summary:
     summary (written by rank 0 alone)."""
     st, t = loop.state, loop.t
     if st.status in ("completed", "interrupted"):
-        if loop.evaluator.needs_final(st.status == "completed", loop.node.weights_change_at_end):
+        if st.force:  # a second signal: the checkpoint and the summary, nothing that can wait
+            log.warning("second signal: no final evaluation; writing the checkpoint and summary")
+        elif loop.evaluator.needs_final(st.status == "completed", loop.node.weights_change_at_end):
             loop.sinks.scalars(loop.evaluator.evaluate(t.model, "final"), loop.window.samples_seen)
+        loop.checkpointer.error = None
         loop.node.final_checkpoint(loop.checkpointer.save)
+        if loop.checkpointer.error:
+            st.fail_late(loop.checkpointer.error)
     s = summary.collect(loop)
     s.distributed = loop.node.figures(
         {
@@ -205,5 +229,9 @@ def finish(loop: RunLoop) -> summary.Summary:
     if loop.node.is_writer:
         loop.sinks.hparams(summary.hparams(t), summary.hparam_metrics(s))
         loop.sinks.close()
-        s.write(os.path.join(t.output_dir, "summary.json"))
+        path = os.path.join(t.output_dir, "summary.json")
+        try:
+            s.write(path)
+        except OSError as e:  # the console report below still tells the user everything
+            log.error("%s", run_folder.write_error(path, e))
     return s

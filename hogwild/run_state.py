@@ -43,6 +43,7 @@ class Signal:
 @dataclasses.dataclass(frozen=True)
 class Tick:
     now: float  # time.monotonic()
+    steps: tuple[int, ...] = ()  # every rank's optimizer steps so far (the stall watch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +81,15 @@ class StopWorkers:
 
 
 @dataclasses.dataclass(frozen=True)
+class Stalled:
+    """A worker has taken no step for `seconds`: log its stack and kill it (its exit is then a
+    failure, judged like any other by on_worker_failure)."""
+
+    rank: int
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
 class Terminate:
     """The grace period is over (or a second signal came): SIGTERM, then SIGKILL, what is left."""
 
@@ -95,9 +105,11 @@ class RunState:
         on_failure: str = "stop",
         max_restarts: int = 0,
         grace_seconds: float = 5.0,
+        stall_seconds: float = 0.0,  # 0: never judge a worker hung
     ):
         self.num_workers, self.on_failure, self.max_restarts = num_workers, on_failure, max_restarts
-        self.grace_seconds = grace_seconds
+        self.grace_seconds, self.stall_seconds = grace_seconds, stall_seconds
+        self.moved: dict[int, tuple[int, float]] = {}  # rank -> (its steps, when they last moved)
         self.status = "running"  # -> completed | interrupted | failed
         self.signal: int | None = None
         self.failure: WorkerFailure | None = None  # rank -1: the orchestrator itself
@@ -145,6 +157,8 @@ class RunState:
         return []
 
     def _on_Progress(self, e: Progress) -> list[Any]:
+        if not e.steps:  # skipped batches only: no step times in it
+            return []
         self.t_first, self.t_last = min(self.t_first, e.t_first), max(self.t_last, e.t_last)
         return []
 
@@ -161,6 +175,7 @@ class RunState:
         return []
 
     def _on_Exited(self, e: Exited) -> list[Any]:
+        self.moved.pop(e.rank, None)  # a replacement's clock starts at its first Tick
         if e.rank in self.done and e.exitcode == 0:
             return []
         said = self.failures.pop(e.rank, None)
@@ -208,17 +223,38 @@ class RunState:
 
     def _on_Tick(self, e: Tick) -> list[Any]:
         if self.running:
-            return []
+            return self._stalls(e) if self.stall_seconds else []
         if self.stop_deadline is None:
             self.stop_deadline = e.now + self.grace_seconds
         if self.force or e.now >= self.stop_deadline:
             return [Terminate()]
         return []
 
+    def _stalls(self, e: Tick) -> list[Any]:
+        out = []
+        for rank, steps in enumerate(e.steps):
+            was = self.moved.get(rank)
+            if rank in self.done or rank in self.failures:  # finished, or already judged
+                continue
+            if was is None or was[0] != steps:
+                self.moved[rank] = (steps, e.now)
+            elif e.now - was[1] >= self.stall_seconds:
+                seconds = e.now - was[1]
+                reason = f"hung: no step for {seconds:.0f} s (trainer.stall_seconds={self.stall_seconds:g})"
+                self.failures[rank] = Failure(rank, "stall", reason, "")
+                out.append(Stalled(rank, seconds))
+        return out
+
     def all_exited(self) -> None:
         """Every worker is gone: a run that nothing stopped has completed."""
         if self.running:
             self.status = "completed"
+
+    def fail_late(self, reason: str) -> None:
+        """The orchestrator failed after the workers were gone (the final checkpoint could not
+        be written): the run has failed, whatever it was about to be."""
+        if self.status != "failed":
+            self.status, self.failure = "failed", WorkerFailure(-1, reason)
 
     def _stop(self, status: str) -> None:
         self.status = status

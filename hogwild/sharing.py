@@ -5,7 +5,9 @@ that turn torch's deep failures ("Too many open files", "No space left on device
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing.forkserver
+import os
 import resource
 import shutil
 from collections.abc import Iterable
@@ -26,6 +28,36 @@ FORKSERVER_EXTRA_FDS = 3 + 4
 def set_sharing_strategy(strategy: str) -> None:
     """A per-process setting: the orchestrator and every worker call this."""
     mp.set_sharing_strategy(strategy)
+    if strategy == "file_system" and not _cleanup_registered:
+        _register_cleanup()
+
+
+_cleanup_registered = False
+
+
+def _register_cleanup() -> None:
+    global _cleanup_registered
+    _cleanup_registered = True
+    atexit.register(remove_own_segments, os.getpid())
+
+
+def remove_own_segments(pid: int, shm_dir: str = SHM_DIR) -> int:
+    """At exit: unlink the file_system segments this process created (torch names them
+    torch_<pid>_*). torch_shm_manager does this too, unless it was killed; a name unlinked twice
+    is no harm, and a mapping still in use outlives its name. Returns how many were removed."""
+    removed = 0
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return 0
+    for name in names:
+        if name.startswith(f"torch_{pid}_"):
+            try:
+                os.unlink(os.path.join(shm_dir, name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:

@@ -36,6 +36,7 @@ class Summary:
     startup_seconds: float | None  # fit() called -> first optimizer step of any worker
     samples_per_second: float | None  # total_samples / train_seconds
     final_train_loss: float | None
+    skipped_steps: int  # batches skipped for a non-finite loss or gradient (skip_nonfinite=true)
     worker_restarts: int
     staleness: dict | None
     optimizer_shared: bool
@@ -55,9 +56,14 @@ class Summary:
 
     def write(self, path: str) -> None:
         tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f, indent=2, allow_nan=False)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.to_dict(), f, indent=2, allow_nan=False)
+            os.replace(tmp, path)
+        except OSError:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
 
     def report(self, output_dir: str) -> tuple[str | None, list[str]]:
         """(the failure line for stderr or None, the lines for stdout): results and where
@@ -92,6 +98,16 @@ class Summary:
                 f"{self.wall_seconds:.1f} s in all",
             ),
             *_node_rows(self.distributed),
+            *(
+                [
+                    (
+                        "skipped",
+                        f"{plural(self.skipped_steps, 'batch', 'batches')} with a non-finite loss or gradient",
+                    )
+                ]
+                if self.skipped_steps
+                else []
+            ),
             ("run folder", rel),
             (
                 "checkpoint",
@@ -138,6 +154,7 @@ def collect(loop) -> Summary:
         else None,
         samples_per_second=round(total_samples / train_seconds, 1) if train_seconds else None,
         final_train_loss=loop.window.final_train_loss,
+        skipped_steps=loop.window.skipped,
         worker_restarts=state.restarts,
         staleness=staleness.summarize(control.staleness.numpy()),
         optimizer_shared=trainer.shared_optimizer,
@@ -171,8 +188,8 @@ def fmt(value: Any, spec: str, suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
 
 
 def _node_rows(d: dict | None) -> list[tuple[str, str]]:

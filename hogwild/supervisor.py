@@ -10,6 +10,7 @@ little, sends SIGKILL and joins everything.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -18,24 +19,49 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
+from hogwild import lifetime
 from hogwild.run_state import Exited
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _state(pid: int) -> str:
+    """'stopped (SIGSTOP)' and the like, from /proc: why a process did not answer."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "not answering"
+    return {
+        "T": "stopped (SIGSTOP)",
+        "t": "stopped by a debugger",
+        "D": "in an uninterruptible wait",
+        "Z": "a zombie",
+    }.get(state, f"not answering (state {state})")
 
 
 def prestart(start_method: str) -> None:
     """Boot the fork server now (it takes seconds: a fresh interpreter importing torch), so
-    that it overlaps with the orchestrator's own set-up. Other start methods need nothing."""
-    if start_method != "forkserver":
+    that it overlaps with the orchestrator's own set-up; fork needs nothing."""
+    if start_method == "fork":
         return
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
-    # torch (and torch._dynamo, which the first optimizer imports: ~1.2 s) are imported once,
-    # in the fork server; each worker is then a cheap fork of it
-    mp.get_context("forkserver").set_forkserver_preload(["hogwild.worker", "torch._dynamo"])
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # see Supervisor.start
-    try:
-        forkserver.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    # Started with the first spawned child anyway; it unblocks SIGINT and SIGTERM in this
+    # thread, so it is started here, once, and they are blocked again (hogwild.lifetime).
+    resource_tracker.ensure_running()
+    lifetime.reblock()
+    if start_method == "forkserver":
+        # torch (and torch._dynamo, which the first optimizer imports: ~1.2 s) are imported
+        # once, in the fork server; each worker is then a cheap fork of it
+        mp.get_context("forkserver").set_forkserver_preload(["hogwild.worker", "torch._dynamo"])
+        forkserver.ensure_running()  # born ignoring the terminal's signals (hogwild.lifetime)
 
 
 class Supervisor:
@@ -60,15 +86,37 @@ class Supervisor:
             name=f"hogwild-worker-{rank}",
             daemon=True,
         )
-        # The child inherits a blocked SIGINT and unblocks it only once it ignores it, so a
-        # Ctrl-C during its start-up cannot kill it with a KeyboardInterrupt traceback.
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            proc.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        # A Ctrl-C during the child's start-up (spawn: seconds of importing torch) cannot kill
+        # it: it inherits this process's ignored SIGINT and SIGHUP (hogwild.lifetime).
+        proc.start()
+        lifetime.reblock()
         writer.close()  # only the child writes; its EOF then means "gone"
         self.procs[rank], self.conns[rank] = proc, reader
+
+    def kill(self, rank: int) -> None:
+        """SIGKILL one worker (a hung one); its exit arrives as an `Exited` event."""
+        proc = self.procs.get(rank)
+        if proc is not None and proc.is_alive():
+            proc.kill()
+
+    def stack(self, rank: int, folder: str, wait_seconds: float = 2.0) -> str:
+        """Ask a worker for its Python stack (SIGUSR1, hogwild.worker) and wait for it."""
+        proc = self.procs.get(rank)
+        if proc is None or proc.pid is None:
+            return "(the process is gone)"
+        path = os.path.join(folder, f"{rank}.txt")
+        try:
+            os.kill(proc.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return "(the process is gone)"
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline:
+            if _read(path):  # faulthandler writes it all at once, from the signal handler
+                time.sleep(0.1)
+                break
+            time.sleep(0.05)
+        text = _read(path).strip()
+        return text or f"(no stack: the process is {_state(proc.pid)})"
 
     @property
     def alive(self) -> list[int]:

@@ -14,15 +14,18 @@ optimizer factory, then `Trainer(...).fit()`. The CLI does exactly that from the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-from hogwild import optim_state, preflight, sharing
+from hogwild import lifetime, optim_state, preflight, run_folder, sharing
 from hogwild.config import CheckpointConfig, ScheduleConfig, TrainerConfig, resolve_trainer
 from hogwild.lifetime import SignalRelay
 from hogwild.node import LocalNode
@@ -74,6 +77,18 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         """Train to the end (or to a failure or interrupt); returns the summary it wrote."""
+        # One run per folder (hogwild.run_folder); only the node that writes claims it.
+        folder = run_folder.claim(self.output_dir) if self.node.is_writer else run_folder.Claim("")
+        self.stack_dir = tempfile.mkdtemp(prefix="hogwild-stacks-")  # hung workers' stacks
+        signals = lifetime.install()  # the Python API: from here (the CLI has done it already)
+        try:
+            with folder if self.node.is_writer else contextlib.nullcontext():
+                return self._fit(folder)
+        finally:
+            lifetime.restore(signals)
+            shutil.rmtree(self.stack_dir, ignore_errors=True)
+
+    def _fit(self, folder: run_folder.Claim) -> dict[str, Any]:
         t_fit = time.monotonic()
         prestart(self.cfg.start_method)  # the fork server boots while the run is checked and shared
         plan = preflight.prepare(
@@ -86,6 +101,9 @@ class Trainer:
             self.node,
         )
         task, control, optimizer_state = self._share(plan)
+        # Held as long as the Trainer: the CLI keeps it until the process exits, since freeing a
+        # file_system tensor after torch_shm_manager died aborts the process (hogwild.cli.run).
+        self.shared = (task, control, optimizer_state)
         self.node.attach(list(self.model.parameters()), control.progress)
         self.node.broadcast(
             [*self.model.parameters(), *self.model.buffers(), *optim_state.tensors(optimizer_state)]
@@ -111,6 +129,7 @@ class Trainer:
                     self.cfg.sharing_strategy,
                     self.cfg.threads_per_worker,
                 )
+                folder.started = True  # from here on the run's files are kept, whatever happens
                 for rank in range(self.cfg.num_workers):
                     supervisor.start(rank)
                 loop.watch()
@@ -165,4 +184,5 @@ class Trainer:
             total_units=self.workload.total_units,
             orchestrator_pid=os.getpid(),
             task=task,
+            stack_dir=self.stack_dir,
         )

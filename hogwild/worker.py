@@ -11,75 +11,31 @@ progress bars or files.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
 import os
-import signal
 import sys
-import threading
 import time
 import traceback
 
 import torch
 
-from hogwild import optim_state, staleness
-from hogwild.protocol import Control, Done, EpochEnd, Failure, Hello, Log, Progress, WorkerSpec
+from hogwild import optim_state, staleness, tenancy
+from hogwild.lifetime import ignore_terminal_signals
+from hogwild.protocol import Control, Done, EpochEnd, Failure, Hello, Progress, WorkerSpec
 from hogwild.schedule import Scheduler
 
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_orchestrator(orchestrator_pid: int) -> None:
-    """Never outlive the orchestrator, even when it is killed with SIGKILL.
-
-    PR_SET_PDEATHSIG covers fork and spawn (our parent is the orchestrator) and forkserver
-    (our parent is the fork server, which exits when the orchestrator's end of its pipe closes).
-    The watchdog thread covers the rest (a parent that died before prctl ran, non-Linux).
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-    def watch() -> None:
-        while True:
-            try:
-                os.kill(orchestrator_pid, 0)
-            except ProcessLookupError:
-                os._exit(1)
-            except PermissionError:
-                pass
-            if os.getppid() == 1:  # re-parented to init: our parent is gone
-                os._exit(1)
-            time.sleep(0.5)
-
-    threading.Thread(target=watch, name="hogwild-watchdog", daemon=True).start()
-
-
-class _PipeLogHandler(logging.Handler):
-    """Forwards log records to the orchestrator, which prints them without breaking its bar."""
-
-    def __init__(self, rank: int, conn):
-        super().__init__()
-        self.rank, self.conn = rank, conn
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.conn.send(Log(self.rank, record.levelno, self.format(record)))
-        except Exception:  # noqa: BLE001 - the orchestrator is gone; logging must never raise
-            pass
+log = logging.getLogger("hogwild")
 
 
 def run_worker(rank: int, spec: WorkerSpec, model, control: Control, optimizer_state, conn) -> None:
     """Entry point of a worker process (a top-level function, so it pickles under spawn)."""
-    # Ctrl-C reaches the whole process group; only the orchestrator decides what it means.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    # Ctrl-C and a hangup reach the whole process group; only the orchestrator decides.
+    ignore_terminal_signals()
     # Visible to user code (models, data) that wants to know where it runs.
     os.environ["HOGWILD_RANK"], os.environ["HOGWILD_NUM_WORKERS"] = str(rank), str(spec.num_workers)
-    _die_with_orchestrator(spec.orchestrator_pid)
+    tenancy.die_with_orchestrator(spec.orchestrator_pid)
+    tenancy.dump_stack_on_request(spec.stack_dir, rank)
     torch.multiprocessing.set_sharing_strategy(spec.sharing_strategy)
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed + rank)
@@ -87,7 +43,7 @@ def run_worker(rank: int, spec: WorkerSpec, model, control: Control, optimizer_s
     # the per-op invariant checks, which also keeps torch from warning about them in every worker
     torch.sparse.check_sparse_tensor_invariants.disable()
     root = logging.getLogger()
-    root.handlers[:] = [_PipeLogHandler(rank, conn)]
+    root.handlers[:] = [tenancy.PipeLogHandler(rank, conn)]
     root.setLevel(logging.INFO)
     code = 0
     try:
@@ -122,6 +78,17 @@ def _report_failure(conn, failure: Failure) -> None:
         pass
 
 
+def grads_finite(params: list[torch.Tensor]) -> bool:
+    """Whether every gradient is finite: one sum per tensor, one read (NaN and inf survive a
+    sum; a sum that overflows is a gradient no step should take either)."""
+    sums = [
+        (p.grad._values() if p.grad.is_sparse else p.grad).sum().float()
+        for p in params
+        if p.grad is not None
+    ]
+    return not sums or bool(torch.isfinite(torch.stack(sums).sum()))
+
+
 class NonFinite(RuntimeError):
     """A non-finite loss, with skip_nonfinite=false: the run fails (a restart would not help)."""
 
@@ -139,7 +106,7 @@ class _Reporter:
         self._reset()
 
     def _reset(self) -> None:
-        self.steps = self.samples = 0
+        self.steps = self.samples = self.skipped = 0
         self.loss_sum = 0.0 if self.device.type == "cpu" else torch.zeros((), device=self.device)
 
     def step(self, loss, samples: int) -> None:
@@ -149,15 +116,30 @@ class _Reporter:
         self.steps += 1
         self.samples += samples
 
+    def skip(self) -> None:
+        """A batch whose loss or gradients were not finite, skipped (skip_nonfinite=true)."""
+        self.skipped += 1
+        if self.skipped == 1:
+            log.warning("worker %d: skipping a batch with a non-finite loss or gradient", self.rank)
+
     def flush(self) -> None:
-        if self.steps == 0:
+        if self.steps == 0 and self.skipped == 0:
             return
         total = float(self.loss_sum)
         if not math.isfinite(total):
-            raise NonFinite(f"worker {self.rank}: non-finite loss in the last {self.steps} steps")
+            raise NonFinite(f"non-finite loss in the last {self.steps} steps")
         lr = float(self.optimizer.param_groups[0]["lr"])
         self.conn.send(
-            Progress(self.rank, self.steps, self.samples, total, self.t_first, self.t_last, lr)
+            Progress(
+                self.rank,
+                self.steps,
+                self.samples,
+                total,
+                self.t_first,
+                self.t_last,
+                lr,
+                self.skipped,
+            )
         )
         self._reset()
 
@@ -199,6 +181,7 @@ class WorkerContext:
         ]  # the global count drives the lr
         self._stale_row = control.staleness.numpy()[rank]
         model.train()
+        self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = spec.optimizer_factory(model.parameters())
         if optimizer_state:  # optimizer.shared=true: adopt the one state every worker updates
             optim_state.attach(self.optimizer, list(model.parameters()), optimizer_state)
@@ -236,14 +219,17 @@ class WorkerContext:
         """Backward and update the shared weights; `batch` is where this rank stands in its
         epoch once this step is done. False when a non-finite batch was skipped."""
         value = loss.item() if self.check_each_step else loss.detach()
-        if self.check_each_step and not math.isfinite(value):
+        problem = "loss" if self.check_each_step and not math.isfinite(value) else None
+        if problem is None:
+            loss.backward()
+            if self.check_each_step and not grads_finite(self.params):
+                problem = "gradient"  # a finite loss can still have NaN/inf gradients
+        if problem is not None:  # caught before the optimizer touches the shared weights
             if self.skip_nonfinite:
+                self.report.skip()
                 return False
-            raise NonFinite(
-                f"worker {self.rank}: non-finite loss ({value}) at epoch {self.position[0]}, "
-                f"batch {batch - 1}"
-            )
-        loss.backward()
+            what = f"loss ({value})" if problem == "loss" else problem
+            raise NonFinite(f"non-finite {what} at epoch {self.position[0]}, batch {batch - 1}")
         staleness.record(
             self._stale_row, int(self._all_steps.sum()) - self._read_at
         )  # others' updates since

@@ -45,6 +45,13 @@ class FaultyMLP(MLP):
                 self._fire()
         out = super().forward(x)
         if (
+            self.fault == "nangrad"  # a finite loss whose gradients are NaN
+            and my_rank is not None
+            and int(my_rank) == self.rank
+            and self.calls >= self.at_step
+        ):
+            out.register_hook(lambda g: g * float("nan"))
+        if (
             self.fault == "nonfinite"
             and my_rank is not None
             and int(my_rank) == self.rank

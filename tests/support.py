@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,20 @@ FAILS_AT_STEP_40 = [
     "+model.step_seconds=0.01",
 ]
 NOT_WRITTEN = ("summary.json", "tensorboard", "checkpoints")
+# 2 workers x 156 steps of >= 0.2 s: half a minute of work, so every fault and signal lands mid-run
+SLOW = [
+    "data=synthetic",
+    "data.num_samples=20000",
+    "data.num_test_samples=200",
+    "trainer.epochs=1",
+    "model._target_=faults.FaultyMLP",
+    "+model.step_seconds=0.2",
+    "trainer.log_every_n_steps=1",
+]
+
+
+def fault(kind: str, at_step: int = 5, rank: int = 1) -> list[str]:
+    return [f"+model.fault={kind}", f"+model.at_step={at_step}", f"+model.rank={rank}"]
 
 
 # ---- the CLI in a subprocess ----
@@ -281,3 +296,24 @@ def learnable_mnist(folder: Path, n_train=3000, n_test=500, seed=0) -> None:
         )
         arrays[f"{split}-images-idx3-ubyte"], arrays[f"{split}-labels-idx1-ubyte"] = images, labels
     write_mnist(folder, arrays, gz=True)
+
+
+# ---- a run that is really training ----
+
+
+def start_run(tmp_path, *extra, run_dir=None):
+    """A slow run, returned once both workers have taken steps (their progress files exist)."""
+    tag, run_dir = uuid.uuid4().hex, run_dir or tmp_path / "run"
+    marker = tmp_path / f"progress-{tag}"
+    proc = subprocess.Popen(
+        cli_command([*SLOW, *extra], run_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(tag, HOGWILD_PROGRESS_FILE=str(marker)),
+        cwd=tmp_path,
+    )
+    started = wait_until(lambda: all(Path(f"{marker}.{r}").exists() for r in (0, 1)), 120)
+    assert started or proc.poll() is None, proc.communicate()[1][-3000:]
+    assert started, "the workers never took a step"
+    return proc, run_dir, tag

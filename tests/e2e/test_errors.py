@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from support import SMALL, assert_refused_cleanly, run_cli
 
 
@@ -21,10 +23,21 @@ def test_fork_with_cuda_is_refused_first(tmp_path):
     assert_refused_cleanly(result, run_dir, "trainer.start_method='fork'", "cuda")
 
 
-def test_hydra_composition_errors_keep_hydras_format(tmp_path):
-    result = run_cli(["data=imagenet"], tmp_path / "run")
-    assert result.returncode != 0
-    assert "Could not find 'data/imagenet'" in result.stderr and "HYDRA_FULL_ERROR" in result.stderr
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("trainer.num_wokers=3", "trainer.num_wokers is not a config key; did you mean trainer.num_workers?"),
+        ("data=imagenet", "data=imagenet is not an option of data (allowed: digits, "),
+        ("+experiment=mnsit", "; did you mean mnist?"),
+        ("trainer.num_workers=[1", "cannot read the override 'trainer.num_workers=[1'"),
+    ],
+)  # fmt: skip
+def test_composition_errors_are_one_line_with_the_closest_valid_choice(tmp_path, override, said):
+    result = run_cli([override], tmp_path / "run")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hogwild: error: ") and said in lines[0], lines
+    assert not (tmp_path / "run").exists()
 
 
 def test_finished_run_folder_is_never_overwritten(tmp_path):

@@ -8,37 +8,25 @@ import signal
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import psutil
 import pytest
 import torch
 
 from support import (
+    SLOW,
     assert_nothing_left,
     cli_command,
     cli_env,
+    fault,
     read_summary,
     run_cli,
+    start_run,
     tagged_processes,
     wait_until,
 )
 
 START_METHODS = ["fork", "spawn", "forkserver"]
-# 2 workers x 156 steps of >= 0.2 s: half a minute of work, so every fault and signal lands mid-run
-SLOW = [
-    "data=synthetic",
-    "data.num_samples=20000",
-    "data.num_test_samples=200",
-    "trainer.epochs=1",
-    "model._target_=faults.FaultyMLP",
-    "+model.step_seconds=0.2",
-    "trainer.log_every_n_steps=1",
-]
-
-
-def fault(kind: str, at_step: int = 5, rank: int = 1) -> list[str]:
-    return [f"+model.fault={kind}", f"+model.at_step={at_step}", f"+model.rank={rank}"]
 
 
 def run_with_fault(tmp_path, kind, start_method, *extra, strategy="file_descriptor"):
@@ -105,7 +93,7 @@ def test_worker_that_dies_silently_is_detected_within_seconds(
 def test_non_finite_loss_stops_the_run_naming_rank_and_step(tmp_path):
     result, run_dir, tag, _, _ = run_with_fault(tmp_path, "nonfinite", "fork")
     assert result.returncode == 1
-    assert "worker 1: non-finite loss (nan) at epoch 0, batch" in result.stderr
+    assert "run failed: worker 1: non-finite loss (nan) at epoch 0, batch" in result.stderr
     assert read_summary(run_dir)["status"] == "failed"
 
 
@@ -154,24 +142,6 @@ def test_restarts_are_bounded_by_max_restarts(tmp_path):
     ]
     result = run_cli(args, tmp_path / "run")
     assert result.returncode == 1 and read_summary(tmp_path / "run")["status"] == "failed"
-
-
-def start_run(tmp_path, *extra, run_dir=None):
-    """A slow run, returned once both workers have taken steps (their progress files exist)."""
-    tag, run_dir = uuid.uuid4().hex, run_dir or tmp_path / "run"
-    marker = tmp_path / f"progress-{tag}"
-    proc = subprocess.Popen(
-        cli_command([*SLOW, *extra], run_dir),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(tag, HOGWILD_PROGRESS_FILE=str(marker)),
-        cwd=tmp_path,
-    )
-    started = wait_until(lambda: all(Path(f"{marker}.{r}").exists() for r in (0, 1)), 120)
-    assert started or proc.poll() is None, proc.communicate()[1][-3000:]
-    assert started, "the workers never took a step"
-    return proc, run_dir, tag
 
 
 @pytest.mark.parametrize(

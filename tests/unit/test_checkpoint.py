@@ -12,6 +12,7 @@ import torch
 
 from hogwild import checkpoint
 from hogwild.checkpoint import CheckpointError
+from hogwild.errors import RunFolderError
 from hogwild.models import MLP
 
 RUN = {
@@ -99,13 +100,25 @@ def test_a_save_that_fails_midway_keeps_the_previous_checkpoint(tmp_path, monkey
     path = save(tmp_path / "last.pt", run={"samples_seen": 1})
     before = path.read_bytes()
 
+    reason = {"write": "No space left", "fsync": "Input/output", "replace": "cross-device"}[fail_at]
     if fail_at == "write":
+        real_fdopen = os.fdopen
 
-        def broken_save(obj, f, *args, **kwargs):
-            f.write(b"PK\x03\x04 half a checkpoint" * 100)
-            raise OSError(28, "No space left on device")
+        class FullDisk:
+            def __init__(self, f):
+                self.f = f
 
-        monkeypatch.setattr(torch, "save", broken_save)
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.f.close()
+
+            def write(self, data):
+                self.f.write(bytes(data[: len(data) // 2]))  # half of it fits
+                raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
     elif fail_at == "fsync":
 
         def broken_fsync(fd):
@@ -119,7 +132,7 @@ def test_a_save_that_fails_midway_keeps_the_previous_checkpoint(tmp_path, monkey
 
         monkeypatch.setattr(os, "replace", broken_replace)
 
-    with pytest.raises(OSError):
+    with pytest.raises(RunFolderError, match=f"cannot write {path}: .*{reason}"):
         save(path, run={"samples_seen": 2})
     monkeypatch.undo()
     assert path.read_bytes() == before

@@ -82,3 +82,28 @@ def test_resume_from_a_hostile_checkpoint_never_runs_it(tmp_path):
     result = cli_here([*SMALL, f"resume_from={hostile}"], run_dir)
     refused_resume(result, run_dir, str(hostile), "weights-only loader")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (["trainer.num_wokers=3"], ["trainer.num_wokers is not a config key", "did you mean trainer.num_workers?"]),
+        (["datta=mnist"], ["datta is not a config key", "did you mean data?"]),
+        (["data=synthetic", "data.num_sample=10"], ["did you mean data.num_samples?"]),
+        (["data=imagenet"], ["data=imagenet is not an option of data", "digits, libsvm, mnist"]),
+        (["+experiment=mnsit"], ["experiment=mnsit is not an option", "did you mean mnist?"]),
+        (["trainer.num_workers=[1"], ["cannot read the override 'trainer.num_workers=[1'"]),
+    ],
+)  # fmt: skip
+def test_a_misspelt_key_or_option_is_one_line_naming_the_closest(tmp_path, overrides, fragments):
+    run_dir = tmp_path / "run"
+    assert_refused_cleanly(cli_here(overrides, run_dir), run_dir, *fragments)
+
+
+def test_a_yaml_syntax_error_is_one_line_with_file_and_line(tmp_path):
+    configs = tmp_path / "extra" / "model"
+    configs.mkdir(parents=True)
+    (configs / "broken.yaml").write_text("_target_: hogwild.models.MLP\nhidden_sizes: [32, 16\n")
+    run_dir = tmp_path / "run"
+    result = cli_here([f"hydra.searchpath=[file://{tmp_path / 'extra'}]", "model=broken"], run_dir)
+    assert_refused_cleanly(result, run_dir, f"{configs / 'broken.yaml'}, line 2, column 15")

@@ -15,7 +15,7 @@ def summary(**overrides) -> Summary:
         worker_sharing_strategies=["file_system"] * 2, device="cpu", threads_per_worker=1,
         memory_format="contiguous", data_on_device=False, total_samples=4000, samples_seen=4000,
         resumed_from=None, wall_seconds=5.0, train_seconds=0.5, startup_seconds=2.0,
-        samples_per_second=8000.0, final_train_loss=0.3, worker_restarts=0, staleness=None,
+        samples_per_second=8000.0, final_train_loss=0.3, skipped_steps=0, worker_restarts=0, staleness=None,
         optimizer_shared=False, schedule={"name": "constant"}, optimizer_state_steps=None,
         workload={"epochs": 2, "task": "classification", "test_loss": 0.2, "test_accuracy": 0.95,
                   "test_rmse": None},

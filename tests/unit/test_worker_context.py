@@ -14,7 +14,7 @@ from hogwild.config import ScheduleConfig
 from hogwild.data import make_synthetic
 from hogwild.device import Layout
 from hogwild.protocol import Control, EpochEnd, Progress, WorkerSpec
-from hogwild.worker import NonFinite, WorkerContext
+from hogwild.worker import NonFinite, WorkerContext, grads_finite
 from hogwild.workloads.supervised import SupervisedWorkload
 
 
@@ -99,7 +99,7 @@ class NaNAfter(torch.nn.Module):
 def test_a_non_finite_loss_fails_before_the_update_touches_the_weights():
     model = NaNAfter(calls=3)
     ctx, control, _ = context(model)
-    with pytest.raises(NonFinite, match=r"worker 0: non-finite loss \(nan\) at epoch 0, batch 3"):
+    with pytest.raises(NonFinite, match=r"^non-finite loss \(nan\) at epoch 0, batch 3$"):
         task().run(ctx)
     before = [p.detach().clone() for p in model.parameters()]
     assert all(torch.isfinite(p).all() for p in before)
@@ -108,10 +108,48 @@ def test_a_non_finite_loss_fails_before_the_update_touches_the_weights():
 
 def test_skip_nonfinite_skips_the_batch_and_goes_on():
     model = NaNAfter(calls=3)
-    ctx, control, _ = context(model, skip_nonfinite=True)
+    ctx, control, conn = context(model, skip_nonfinite=True)
     task(num_samples=100, batch_size=10, epochs=1).run(ctx)
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert control.progress[0].tolist()[2:] == [30, 3]
+    assert sum(m.skipped for m in conn.of(Progress)) == 7  # counted, for the summary
+
+
+class NaNGradientAfter(NaNAfter):
+    """A finite loss whose gradients are NaN (as sqrt at 0 makes them)."""
+
+    def forward(self, x):
+        self.calls += 1
+        out = self.linear(x)
+        if self.calls > self.left:
+            out.register_hook(lambda g: g * float("nan"))
+        return out
+
+
+def test_a_nan_gradient_with_a_finite_loss_never_reaches_the_weights():
+    model = NaNGradientAfter(calls=3)
+    ctx, control, _ = context(model)
+    with pytest.raises(NonFinite, match=r"^non-finite gradient at epoch 0, batch 3$"):
+        task().run(ctx)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert control.progress[0].tolist()[2:] == [30, 3]
+
+    model = NaNGradientAfter(calls=3)
+    ctx, control, conn = context(model, skip_nonfinite=True)
+    task(num_samples=100, batch_size=10, epochs=1).run(ctx)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert sum(m.skipped for m in conn.of(Progress)) == 7
+
+
+def test_the_gradient_check_reads_dense_and_sparse_gradients():
+    dense = torch.nn.Linear(3, 2)
+    emb = torch.nn.Embedding(5, 2, sparse=True)
+    (dense(torch.ones(1, 3)).sum() + emb(torch.tensor([1, 2])).sum()).backward()
+    params = [*dense.parameters(), *emb.parameters()]
+    assert grads_finite(params)
+    emb.weight.grad = torch.sparse_coo_tensor([[1]], [[float("inf"), 0.0]], (5, 2))
+    assert not grads_finite(params)
+    assert grads_finite([torch.nn.Parameter(torch.ones(1))])  # no gradient yet: nothing wrong
 
 
 def test_staleness_counts_the_other_workers_updates_between_read_and_write():

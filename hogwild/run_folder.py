@@ -1,0 +1,98 @@
+"""One run per folder, and write errors as one line (docs/fault-tolerance.md).
+
+    with run_folder.claim("outputs/run") as folder:   # RunFolderError if another run holds it
+        ...                                          # folder.started = True once workers run
+
+The claim is an exclusive `fcntl.flock` on `<folder>/.hogwild.lock`, which holds the PID of
+the run that owns it. The kernel releases it when that process ends however it ends, so a
+crashed run never leaves a folder locked. Claims are re-entrant within a process (the CLI
+claims before writing `.hydra/`, the Trainer again for the Python API). A run refused before
+it started leaves no folder behind when the folder was new (or empty) when it was claimed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import shutil
+
+from hogwild.errors import RunFolderError
+
+LOCK = ".hogwild.lock"
+_held: dict[str, Claim] = {}
+
+
+def write_error(path: str, e: OSError) -> RunFolderError:
+    """'cannot write <path>: No space left on device' for any OSError writing a run file."""
+    reason = os.strerror(e.errno) if e.errno else str(e)
+    hint = " (free some space, or point the run elsewhere)" if e.errno == errno.ENOSPC else ""
+    return RunFolderError(f"cannot write {path}: {reason}{hint}")
+
+
+class Claim:
+    def __init__(self, folder: str):
+        self.folder = os.path.abspath(folder)
+        self.fd: int | None = None
+        self.depth = 0
+        self.fresh = False
+        self.started = False  # set once the run has started: from then on its files are kept
+
+    def __enter__(self) -> Claim:
+        if self.depth == 0:
+            self._acquire()
+            _held[self.folder] = self
+        self.depth += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.depth -= 1
+        if self.depth:
+            return
+        del _held[self.folder]
+        if self.fresh and not self.started:  # refused or interrupted before it began: no litter
+            _close_log_files_in(self.folder)
+            shutil.rmtree(self.folder, ignore_errors=True)
+        if self.fd is not None:
+            os.close(self.fd)  # releases the lock
+            self.fd = None
+
+    def _acquire(self) -> None:
+        lock = os.path.join(self.folder, LOCK)
+        try:
+            self.fresh = not os.path.isdir(self.folder) or not any(
+                e.name != LOCK for e in os.scandir(self.folder)
+            )
+            os.makedirs(self.folder, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise write_error(lock, e) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            self.fresh = False
+            raise RunFolderError(
+                f"run folder {self.folder} is in use by another hogwild run (PID {holder}); "
+                "give this run its own folder (hydra.run.dir=... or output_dir) or wait for it"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+
+
+def _close_log_files_in(folder: str) -> None:
+    """A log file in a folder being removed (Hydra's train.log) would be re-created by the next
+    line logged: detach it first."""
+    for logger in (logging.getLogger(), logging.getLogger("hogwild")):
+        for h in list(logger.handlers):
+            if isinstance(h, logging.FileHandler) and h.baseFilename.startswith(folder + os.sep):
+                logger.removeHandler(h)
+                h.close()
+
+
+def claim(folder: str) -> Claim:
+    """The claim on `folder`: this process's own when it holds one already."""
+    return _held.get(os.path.abspath(folder)) or Claim(folder)
