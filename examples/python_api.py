@@ -19,15 +19,17 @@ if __name__ == "__main__":  # required: spawn/forkserver workers re-import this 
         x[:10_000], y[:10_000], x[10_000:], y[10_000:], num_classes=2, name="my-tensors"
     )
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 2))
-    summary = Trainer(
+    trainer = Trainer(
         model,
         data,
         functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
         TrainerConfig(num_workers=2, epochs=5),
         batch_size=64,
-        output_dir="outputs/python_api",
-    ).fit()
+        # No output_dir: a fresh outputs/sequential/<date>_<time>/ each time. A fixed folder
+        # that holds a finished run is refused unless overwrite=True (or resume_from=...).
+    )
+    summary = trainer.fit()
     print(
         f"{summary['status']}: test accuracy {summary['test_accuracy']:.3f}, "
-        f"{summary['samples_per_second']:,.0f} samples/s"
+        f"{summary['samples_per_second']:,.0f} samples/s, in {trainer.output_dir}"
     )

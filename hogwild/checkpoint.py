@@ -30,9 +30,12 @@ from hogwild.cadence import Cadence
 from hogwild.errors import CheckpointError, RunFolderError
 
 FORMAT = 1
-# What a resumed run must share with the run it continues, or the shards would not line up.
-MUST_MATCH = ("num_workers", "batch_size", "num_train", "seed", "epochs", "world_size")
+# What a resumed run must share with the run it continues, or the shards would not line up;
+# in the order a user would look for the cause (a data set changes num_train and batch_size).
+# `epochs` may grow: a resumed run continues to the new total ("train 5 more epochs").
+MUST_MATCH = ("data", "model", "num_train", "batch_size", "num_workers", "seed", "world_size")
 DEFAULTS = {"world_size": 1}  # a checkpoint from before world_size was recorded is one node's
+WHAT = {"data": "data set", "model": "model"}
 
 
 def save(
@@ -171,12 +174,24 @@ def check_compatible(
 ) -> None:
     saved = state["run"]
     for key in MUST_MATCH:
+        if key in WHAT and key not in saved:  # older checkpoints did not record it
+            continue
         was, now = saved.get(key, DEFAULTS.get(key)), run.get(key, DEFAULTS.get(key))
+        if was != now and key in WHAT:
+            raise CheckpointError(
+                f"resume_from={path!r} was written by a run on the {WHAT[key]} {was!r} but this "
+                f"run has the {WHAT[key]} {now!r}; resume with the same {WHAT[key]}"
+            )
         if was != now:
             raise CheckpointError(
                 f"resume_from={path!r} was written with {key}={was!r} but this run has "
                 f"{key}={now!r}; resume with the same value"
             )
+    if "epochs" in saved and run.get("epochs", saved["epochs"]) < saved["epochs"]:
+        raise CheckpointError(
+            f"resume_from={path!r} was written for {saved['epochs']} epochs but this run has "
+            f"epochs={run['epochs']}; a resumed run can keep or raise the epoch count, not lower it"
+        )
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
     if expected != found:

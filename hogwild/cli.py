@@ -1,4 +1,5 @@
-"""`python -m hogwild <command> [hydra overrides]` — the only module that imports Hydra.
+"""`python -m hogwild <command> [hydra overrides]`: the CLI layer (with hogwild.cli_job, one job,
+and hogwild.hydra_errors), where Hydra stops.
 
     python -m hogwild train                            # digits, 2 workers, offline
     python -m hogwild train +experiment=mnist          # the classic MNIST Hogwild setup
@@ -19,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from hogwild.words import plural
+
 USAGE = """usage: hogwild <command> [options]
 
 commands:
@@ -32,10 +35,6 @@ examples:
   hogwild train -m trainer.num_workers=1,2"""
 
 log = logging.getLogger("hogwild")
-# Finished runs, kept until os._exit: freeing a file_system shared tensor after
-# torch_shm_manager was killed aborts the process ("terminate called ... Broken pipe"); the
-# kernel frees them at exit, and hogwild.sharing unlinks their names.
-_FINISHED: list = []
 
 
 def config_dir() -> str:
@@ -120,14 +119,22 @@ def train(overrides: list[str]) -> int:
 def _hydra_main(overrides: list[str]) -> int:
     import hydra
 
+    from hogwild import cli_job
+
     exit_codes: list[int] = []
+    sweep_jobs: list[str] = []  # each job's folder, under -m
     started_at = _process_start_time()
     register_defaults()
 
     @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")
     def task(cfg) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
         nonlocal started_at
-        exit_codes.append(run_job(cfg, started_at))
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            sweep_jobs.append(HydraConfig.get().runtime.output_dir)
+        exit_codes.append(cli_job.run_job(cfg, started_at))
         started_at = time.time()  # the next job of a sweep starts now
 
     saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
@@ -149,141 +156,12 @@ def _hydra_main(overrides: list[str]) -> int:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = saved_full_error
+    if sweep_jobs:  # one row per job of the multirun (hogwild.sweep)
+        from hogwild import sweep
+
+        print(f"\nsweep: {plural(len(sweep_jobs), 'job')}")
+        sweep.print_table([sweep.read_job(Path(job)) for job in sweep_jobs])
     return max(exit_codes, default=0)
-
-
-def run_job(cfg, started_at: float | None = None) -> int:
-    """One training run from a composed config; returns the process exit code."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
-    from hogwild.errors import HogwildError
-    from hogwild.lifetime import Interrupted
-    from hogwild.run_config import build_run_config
-
-    output_dir = HydraConfig.get().runtime.output_dir
-    try:  # a bad value is refused before torch is even imported (~2 s)
-        raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-        run = build_run_config(raw, output_dir)
-        trainer = _train(run, raw, started_at, lambda: _save_hydra_files(cfg, output_dir))
-    except HogwildError as e:
-        _remove_if_empty(output_dir)  # Hydra made it for this run; a refused run leaves nothing
-        print(f"hogwild: error: {e}", file=sys.stderr)
-        return 2
-    _FINISHED.append(trainer)  # its shared tensors live until the process exits (see run())
-    try:
-        return _report(trainer)
-    except Interrupted:  # after summary.json: the run's exit code stands
-        return trainer.summary.exit_code
-
-
-def _save_hydra_files(cfg, output_dir: str) -> None:
-    """What Hydra writes to `.hydra/` (hydra.output_subdir is null in train.yaml): written here,
-    once this run holds its folder, so that a second run into it cannot overwrite them."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
-    from hogwild import run_folder
-
-    folder = Path(output_dir) / ".hydra"
-    hydra_cfg = HydraConfig.get()
-    files = {
-        "config.yaml": cfg,
-        "hydra.yaml": OmegaConf.create({"hydra": OmegaConf.to_container(hydra_cfg)}),
-        "overrides.yaml": OmegaConf.create(list(hydra_cfg.overrides.task)),
-    }
-    for name, content in files.items():
-        try:
-            folder.mkdir(exist_ok=True)
-            OmegaConf.save(content, folder / name)
-        except OSError as e:
-            raise run_folder.write_error(str(folder / name), e) from None
-
-
-def _remove_if_empty(folder: str) -> None:
-    try:
-        os.rmdir(folder)
-    except OSError:
-        pass
-
-
-def _train(run, raw: dict, started_at: float | None, save_config=lambda: None):
-    import contextlib
-
-    import torch
-
-    from hogwild import run_folder
-    from hogwild.node import LocalNode
-
-    # Before any torch work in this process: an OpenMP pool used here and then inherited
-    # through fork hangs any child that asks for more than one thread.
-    torch.set_num_threads(1)
-    node = LocalNode()
-    try:
-        if run.distributed.mode == "torchrun":
-            from hogwild.distributed import NodeSync
-
-            node = NodeSync(run.distributed, torch.device(run.trainer.device))
-        # the node that writes holds the run folder from here to its last write
-        claim = run_folder.claim(run.output_dir) if node.is_writer else contextlib.nullcontext()
-        with claim:
-            if node.is_writer:
-                save_config()
-            return _fit(run, raw, started_at, node)
-    finally:
-        node.close()
-
-
-def _fit(run, raw: dict, started_at: float | None, node):
-    from tqdm.contrib.logging import logging_redirect_tqdm
-
-    from hogwild import builders
-    from hogwild.supervisor import prestart
-    from hogwild.trainer import Trainer
-
-    prestart(run.trainer.start_method)  # the fork server boots while the data loads (seconds)
-    data = node.shard(builders.build_data(run.data))
-    model = builders.build_model(run.model, data.input_shape, data.num_classes, data.model_kwargs)
-    trainer = Trainer(
-        model=model,
-        data=data,
-        optimizer_factory=builders.build_optimizer_factory(run.optimizer),
-        trainer=run.trainer,
-        batch_size=run.batch_size,
-        output_dir=run.output_dir,
-        checkpointing=run.checkpoint,
-        resume_from=run.resume_from,
-        shared_optimizer=run.shared_optimizer,
-        schedule=run.schedule,
-        node=node,
-        record=raw,
-        started_at=started_at,
-    )
-    with logging_redirect_tqdm():
-        trainer.fit()
-    return trainer
-
-
-def _report(trainer) -> int:
-    """The few lines a user reads at the end of a run (rank 0's; the other nodes say one)."""
-    node = trainer.node
-    summary = trainer.summary
-    if not node.is_writer:
-        print(
-            f"node {node.rank}: {summary.status}, {summary.total_samples:,} samples "
-            f"({summary.samples_per_second or 0:,.0f}/s); rank 0 writes the run's files"
-        )
-        return summary.exit_code
-    failure, lines = summary.report(trainer.output_dir)
-    if failure:
-        print(failure, file=sys.stderr)
-    try:
-        print("\n".join(lines), flush=True)
-    except BrokenPipeError:  # `hogwild train | head -1`: a reader that left is not a failure
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # nor is Python's flush of stdout at exit
-        os.close(devnull)
-    return summary.exit_code
 
 
 def _process_start_time() -> float:

@@ -19,7 +19,12 @@ import signal
 
 
 class HogwildError(Exception):
-    """A problem the user can fix; its message is one line."""
+    """A problem the user can fix; its message is one line. `cli`, when given, says the same in
+    the command line's words (Hydra overrides) where the Python API's words differ."""
+
+    def __init__(self, *args, cli: str | None = None):
+        super().__init__(*args)
+        self.cli = cli
 
 
 class ConfigError(HogwildError, ValueError):

@@ -9,19 +9,21 @@ SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed) mean the same thing: s
                                first stops the workers, a second shortens the grace period); the
                                final checkpoint and summary.json are always written
 
-How: `install` blocks the three signals in the main thread, so every thread started later (torch's
-pools, TensorBoard's writer) blocks them too, and one receiver thread takes them with sigwait.
-Ctrl-C and hangups are also *ignored* in this process, and an ignored disposition survives fork
-and exec: every child (the fork server, spawned workers still importing torch) is born deaf to
-the terminal, which sends them to the whole process group. The kernel still queues a signal
-that every thread blocks, so the receiver gets it all the same. Nothing is ever raised inside
-what the orchestrator is doing while a run is live. SIGHUP also points stdout and stderr at
-/dev/null: the terminal is gone, and a write to it would fail.
+How. `install` blocks the three signals in the main thread, so every thread started after it
+(torch's pools, TensorBoard's writer) blocks them too, and one receiver thread takes them with
+sigwait; a thread that existed before (the Python API's caller may have some) still hands them
+to the same Python handler. Children must not die of the Ctrl-C a terminal sends to the whole
+process group, even while importing torch: `born_deaf` ignores Ctrl-C and hangups while a child
+is started, and an ignored disposition survives fork and exec (Python keeps it). A signal sent
+meanwhile waits in the receiver and is acted on when the child is out. Nothing is ever raised
+inside what the orchestrator is doing while a run is live. SIGHUP also points stdout and stderr
+at /dev/null: the terminal is gone, and a write to it would fail.
 """
 
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import signal
 import threading
@@ -63,9 +65,10 @@ def detach_terminal() -> None:
 
 
 class _Receiver:
-    """The one place signals arrive: a thread in sigwait. It hands each to the open SignalRelay,
-    or has the main thread raise `Interrupted` (through SIGTERM's Python handler, which
-    `_thread.interrupt_main` runs there at its next instruction)."""
+    """Where signals arrive: the receiver thread (sigwait) or, for a thread that does not block
+    them, the Python handler in the main thread. Each goes to the open SignalRelay, or is raised
+    in the main thread as `Interrupted` (the receiver asks `_thread.interrupt_main` to run the
+    handler there at its next instruction)."""
 
     def __init__(self):
         self.relays: list[SignalRelay] = []
@@ -93,29 +96,33 @@ class _Receiver:
             signum = signal.sigwait(SIGNALS)
             if self.stopping:
                 return
-            self.deliver(signum)
+            if self._take(signum):
+                with self.lock:
+                    self.forwarded += 1
+                _thread.interrupt_main(signum)
 
-    def deliver(self, signum: int) -> None:
+    def _take(self, signum: int) -> bool:
+        """Record `signum`; True when the main thread must raise it."""
         if signum == signal.SIGHUP:
             detach_terminal()
         with self.lock:
             if self.relays:
                 self.relays[-1].pending.append(signum)
-                return
+                return False
             self.deferred.append(signum)
-            self.forwarded += 1
-        _thread.interrupt_main(signal.SIGTERM)
+            return True
 
     def on_main(self, signum: int, frame) -> None:
-        """SIGTERM's Python handler, run in the main thread: a signal forwarded by `deliver`, or
-        a real SIGTERM that found the main thread unblocked (see `reblock`)."""
+        """The Python handler of all three, run in the main thread."""
         with self.lock:
-            if self.forwarded:
-                self.forwarded -= 1
-            elif self.relays:
-                self.relays[-1].pending.append(signum)
-            else:
-                self.deferred.append(signum)
+            forwarded = self.forwarded > 0
+            self.forwarded -= forwarded
+        if not forwarded and not self._take(signum):
+            return
+        self.raise_deferred()
+
+    def raise_deferred(self) -> None:
+        with self.lock:
             if not self.deferred or self.relays:
                 return
             first = self.deferred[0]
@@ -142,12 +149,9 @@ def install() -> dict[str, Any]:
     if threading.current_thread() is not threading.main_thread() or installed():
         return {}
     previous = {
-        "handlers": {s: signal.getsignal(s) for s in SIGNALS},
+        "handlers": {s: signal.signal(s, _RECEIVER.on_main) for s in SIGNALS},
         "mask": signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS)),
     }
-    for s in TERMINAL:
-        signal.signal(s, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _RECEIVER.on_main)
     _RECEIVER.start()
     return previous
 
@@ -158,17 +162,31 @@ def restore(previous: dict[str, Any]) -> None:
     _RECEIVER.stop()
     with _RECEIVER.lock:
         _RECEIVER.deferred.clear()
+        _RECEIVER.forwarded = 0
     for s, old in previous["handlers"].items():
         signal.signal(s, signal.SIG_DFL if old is None else old)
     signal.pthread_sigmask(signal.SIG_SETMASK, previous["mask"])
 
 
-def reblock() -> None:
-    """After starting a child with spawn or forkserver: Python's resource tracker, started with
-    the first such child, unblocks SIGINT and SIGTERM in the main thread (CPython's
-    multiprocessing/resource_tracker.py); block them again."""
-    if installed() and threading.current_thread() is threading.main_thread():
+@contextlib.contextmanager
+def born_deaf():
+    """Around starting children (workers, the fork server, torch_shm_manager): they begin life
+    ignoring Ctrl-C and hangups. Afterwards the signals are blocked again (Python's resource
+    tracker, started with the first spawned child, unblocks SIGINT and SIGTERM in this thread:
+    CPython's multiprocessing/resource_tracker.py), and one that came meanwhile is acted on."""
+    if not installed() or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.signal(s, signal.SIG_IGN) for s in TERMINAL}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
         signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS))
+        with _RECEIVER.lock:
+            _RECEIVER.forwarded = 0  # forwarded to SIG_IGN: lost there, still deferred here
+        _RECEIVER.raise_deferred()
 
 
 def installed() -> bool:

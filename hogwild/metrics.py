@@ -103,7 +103,10 @@ class TensorBoardSink(NullSink):
 
 class ProgressBar(NullSink):
     """One bar: samples done, samples/s, loss, ETA. Disabled when stderr is not a terminal
-    unless HOGWILD_PROGRESS=1 (logs of batch jobs stay readable)."""
+    unless HOGWILD_PROGRESS=1 (logs of batch jobs stay readable).
+
+    Its samples/s is the average since training began (not a moving window, and not counting
+    the start-up), which is what the report at the end calls samples/s."""
 
     def __init__(self, total_samples: int, initial: int = 0):
         from tqdm import tqdm
@@ -117,10 +120,15 @@ class ProgressBar(NullSink):
             dynamic_ncols=True,
             disable=None if force is None else force == "0",
             desc="train",
+            smoothing=0,  # the average rate, from the start time set below
         )
+        self.training = False
 
     def advance(self, samples, postfix):
         self.bar.update(samples)
+        if not self.training and not self.bar.disable:  # the first samples: training began now
+            self.training = True
+            self.bar.initial, self.bar.start_t = self.bar.n, self.bar._time()
         if postfix:
             self.bar.set_postfix(postfix, refresh=False)
 

@@ -24,7 +24,7 @@ from hogwild import checkpoint, run_folder, sharing
 from hogwild import device as device_rules
 from hogwild.config import TrainerConfig
 from hogwild.device import Layout
-from hogwild.errors import ConfigError, HogwildError, RunFolderError
+from hogwild.errors import CheckpointError, ConfigError, HogwildError, RunFolderError
 from hogwild.protocol import Control
 
 
@@ -49,14 +49,17 @@ def summary_status(path: str) -> str | None:
         return None
 
 
-def check_folder(output_dir: str, resume_from: str | None) -> None:
+def check_folder(output_dir: str, resume_from: str | None, overwrite: bool = False) -> None:
     summary = os.path.join(output_dir, "summary.json")
-    if not os.path.exists(summary):
+    if not os.path.exists(summary) or (overwrite and not resume_from):
         return
     if not resume_from:
-        raise HogwildError(
-            f"{output_dir} already holds a finished run (summary.json); "
-            "choose another folder (hydra.run.dir=...) or continue it with resume_from=<checkpoint>"
+        said = f"{output_dir} already holds a finished run (summary.json)"
+        raise RunFolderError(
+            f"{said}: give this run another output_dir, start over with overwrite=True, or "
+            "continue it with resume_from=<its checkpoints/last.pt>",
+            cli=f"{said}: choose another folder (hydra.run.dir=...) or continue it with "
+            "resume_from=<checkpoint>",
         )
     if resume_from == "auto" and summary_status(summary) == "completed":
         raise HogwildError(
@@ -125,11 +128,17 @@ def _layout(cfg: TrainerConfig, device: torch.device, model: torch.nn.Module) ->
     return Layout(cfg.memory_format == "channels_last" or (cfg.memory_format == "auto" and auto))
 
 
-def _resume(path: str | None, facts: dict[str, Any], model: torch.nn.Module):
+def _resume(path: str | None, facts: dict[str, Any], model: torch.nn.Module, workload):
     if not path:
         return None, None
     state = checkpoint.load(path)
     checkpoint.check_compatible(path, state, facts, model)
+    finished = getattr(workload, "finished", None)
+    if finished is not None and finished(state["progress"]):
+        raise CheckpointError(
+            f"nothing to do: resume_from={path!r} has already trained {workload.describe()}; "
+            "raise the epoch count (trainer.epochs) to train more"
+        )
     model.load_state_dict(state["model"])
     return state["progress"], state.get("optimizer_state")
 
@@ -142,14 +151,21 @@ def prepare(
     output_dir: str,
     resume_from: str | None,
     node,
+    overwrite: bool = False,
 ) -> Plan:
     """Refuse a doomed run with one clear line (on every node), or return its plan."""
     facts = node.global_facts(
-        {"num_workers": cfg.num_workers, "seed": cfg.seed, **workload.facts()}
+        {
+            "data": workload.name,
+            "model": type(model).__name__,
+            "num_workers": cfg.num_workers,
+            "seed": cfg.seed,
+            **workload.facts(),
+        }
     )
     try:
         plan = _prepare(
-            cfg, model, workload, optimizer_factory, output_dir, resume_from, node, facts
+            cfg, model, workload, optimizer_factory, output_dir, resume_from, node, facts, overwrite
         )
     except HogwildError as e:
         node.agree(facts, error=str(e))  # the other nodes stop now instead of at a timeout
@@ -173,9 +189,11 @@ def prepare(
     return dataclasses.replace(plan, resume_from=agreed["resume_from"], progress=progress)
 
 
-def _prepare(cfg, model, workload, optimizer_factory, output_dir, resume_from, node, facts) -> Plan:
+def _prepare(
+    cfg, model, workload, optimizer_factory, output_dir, resume_from, node, facts, overwrite
+) -> Plan:
     if node.is_writer:
-        check_folder(output_dir, resume_from)
+        check_folder(output_dir, resume_from, overwrite)
     check_threads(cfg)
     workload.check(cfg.num_workers)
     check_optimizer(optimizer_factory)
@@ -188,7 +206,9 @@ def _prepare(cfg, model, workload, optimizer_factory, output_dir, resume_from, n
     if resume_from == "auto":  # this run folder's last checkpoint, if there is one
         own = os.path.join(output_dir, "checkpoints", "last.pt")
         resume_from = own if os.path.isfile(own) else None
-    progress, optimizer_state = _resume(resume_from if node.is_writer else None, facts, model)
+    progress, optimizer_state = _resume(
+        resume_from if node.is_writer else None, facts, model, workload
+    )
     tensors = [*model.parameters(), *model.buffers(), *workload.host_tensors()]
     model_tensors = len(tensors) - len(workload.host_tensors())
     in_shm = tensors if device.type == "cpu" else [] if on_device else tensors[model_tensors:]

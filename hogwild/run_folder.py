@@ -17,10 +17,12 @@ import fcntl
 import logging
 import os
 import shutil
+import time
 
 from hogwild.errors import RunFolderError
 
 LOCK = ".hogwild.lock"
+HYDRA_LOG = "train.log"  # the CLI's log, begun by the run's first line: part of a fresh folder
 _held: dict[str, Claim] = {}
 
 
@@ -62,7 +64,7 @@ class Claim:
         lock = os.path.join(self.folder, LOCK)
         try:
             self.fresh = not os.path.isdir(self.folder) or not any(
-                e.name != LOCK for e in os.scandir(self.folder)
+                e.name not in (LOCK, HYDRA_LOG) for e in os.scandir(self.folder)
             )
             os.makedirs(self.folder, exist_ok=True)
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -81,6 +83,33 @@ class Claim:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
+
+
+def fresh(parent: str) -> str:
+    """A new folder's name under `parent`: the time, and -2, -3, ... within the same second."""
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    path, n = os.path.join(parent, stamp), 1
+    while os.path.exists(path):
+        n += 1
+        path = os.path.join(parent, f"{stamp}-{n}")
+    return path
+
+
+OUTPUTS = ("summary.json", "checkpoints", "tensorboard")  # what a run writes (not .hydra/, logs)
+
+
+def clear_outputs(folder: str) -> None:
+    """Trainer(overwrite=True): remove the finished run's outputs before this run writes its
+    own. Nothing else in the folder is touched."""
+    for name in OUTPUTS:
+        path = os.path.join(folder, name)
+        try:
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.unlink(path)
+        except OSError as e:
+            raise write_error(path, e) from None
 
 
 def _close_log_files_in(folder: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from hogwild import optim_state, staleness
 from hogwild.protocol import Control
+from hogwild.words import plural
 
 
 @dataclasses.dataclass
@@ -186,10 +187,6 @@ def hparam_metrics(s: Summary) -> dict[str, Any]:
 
 def fmt(value: Any, spec: str, suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    return f"{n:,} {word if n == 1 else many or word + 's'}"
 
 
 def _node_rows(d: dict | None) -> list[tuple[str, str]]:

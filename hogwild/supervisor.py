@@ -53,15 +53,14 @@ def prestart(start_method: str) -> None:
         return
     from multiprocessing import forkserver, resource_tracker
 
-    # Started with the first spawned child anyway; it unblocks SIGINT and SIGTERM in this
-    # thread, so it is started here, once, and they are blocked again (hogwild.lifetime).
-    resource_tracker.ensure_running()
-    lifetime.reblock()
-    if start_method == "forkserver":
-        # torch (and torch._dynamo, which the first optimizer imports: ~1.2 s) are imported
-        # once, in the fork server; each worker is then a cheap fork of it
-        mp.get_context("forkserver").set_forkserver_preload(["hogwild.worker", "torch._dynamo"])
-        forkserver.ensure_running()  # born ignoring the terminal's signals (hogwild.lifetime)
+    with lifetime.born_deaf():  # the resource tracker and the fork server
+        resource_tracker.ensure_running()
+        if start_method == "forkserver":
+            # torch (and torch._dynamo, which the first optimizer imports: ~1.2 s) are imported
+            # once, in the fork server; each worker is then a cheap fork of it
+            ctx = mp.get_context("forkserver")
+            ctx.set_forkserver_preload(["hogwild.worker", "torch._dynamo"])
+            forkserver.ensure_running()
 
 
 class Supervisor:
@@ -87,9 +86,9 @@ class Supervisor:
             daemon=True,
         )
         # A Ctrl-C during the child's start-up (spawn: seconds of importing torch) cannot kill
-        # it: it inherits this process's ignored SIGINT and SIGHUP (hogwild.lifetime).
-        proc.start()
-        lifetime.reblock()
+        # it: it begins life ignoring it (hogwild.lifetime).
+        with lifetime.born_deaf():
+            proc.start()
         writer.close()  # only the child writes; its EOF then means "gone"
         self.procs[rank], self.conns[rank] = proc, reader
 

@@ -34,6 +34,7 @@ from hogwild.run_loop import RunLoop, finish
 from hogwild.run_state import RunFailed
 from hogwild.summary import Summary
 from hogwild.supervisor import Supervisor, prestart
+from hogwild.words import plural
 from hogwild.worker import run_worker
 from hogwild.workloads.supervised import SupervisedWorkload
 
@@ -48,7 +49,7 @@ class Trainer:
         optimizer_factory: Callable[..., torch.optim.Optimizer],
         trainer: TrainerConfig = TrainerConfig(),
         batch_size: int = 64,
-        output_dir: str = "outputs/run",
+        output_dir: str | None = None,  # default: outputs/<model>/<date>_<time>, a fresh folder
         checkpointing: CheckpointConfig = CheckpointConfig(),
         resume_from: str
         | None = None,  # a checkpoint, or "auto": this run's own last one if there is one
@@ -59,6 +60,7 @@ class Trainer:
         shared_optimizer: bool = False,  # one optimizer state for all workers (hogwild.optim_state)
         schedule: ScheduleConfig = ScheduleConfig(),  # learning-rate rules (hogwild.schedule)
         node=None,  # hogwild.distributed.NodeSync under torchrun; LocalNode (does nothing) otherwise
+        overwrite: bool = False,  # start over in an output_dir that holds a finished run
     ):
         self.cfg = resolve_trainer(trainer)
         self.model, self.optimizer_factory, self.ckpt_cfg = model, optimizer_factory, checkpointing
@@ -66,7 +68,10 @@ class Trainer:
         self.workload = (
             data if is_workload else SupervisedWorkload(data, batch_size, self.cfg.epochs, loss_fn)
         )
+        if output_dir is None:
+            output_dir = run_folder.fresh(os.path.join("outputs", type(model).__name__.lower()))
         self.output_dir, self.resume_from = os.path.abspath(output_dir), resume_from
+        self.overwrite = overwrite
         self.record, self.started_at = dict(record or {}), started_at or time.time()
         self.shared_optimizer, self.schedule, self.node = (
             shared_optimizer,
@@ -99,8 +104,19 @@ class Trainer:
             self.output_dir,
             self.resume_from,
             self.node,
+            self.overwrite,
         )
-        task, control, optimizer_state = self._share(plan)
+        if self.overwrite and self.node.is_writer:
+            run_folder.clear_outputs(self.output_dir)  # checked: the run starts now
+        if plan.resume_from and plan.progress is not None:
+            log.info(
+                "resumed from %s at %s %s",
+                plan.resume_from,
+                f"{int(plan.progress[:, Control.SAMPLES].sum()):,}",
+                self.workload.unit,
+            )
+        with lifetime.born_deaf():  # file_system: share_memory() may start torch_shm_manager
+            task, control, optimizer_state = self._share(plan)
         # Held as long as the Trainer: the CLI keeps it until the process exits, since freeing a
         # file_system tensor after torch_shm_manager died aborts the process (hogwild.cli.run).
         self.shared = (task, control, optimizer_state)
@@ -120,14 +136,14 @@ class Trainer:
             loop = RunLoop(self, plan, control, optimizer_state, supervisor, signals, t_fit)
             try:
                 log.info(
-                    "training %s on %s: %s, %d workers (%s, %s, %d thread(s) each)",
+                    "training %s on %s: %s, %s (%s, %s, %s each)",
                     type(self.model).__name__,
                     self.workload.name,
                     self.workload.describe(),
-                    self.cfg.num_workers,
+                    plural(self.cfg.num_workers, "worker"),
                     self.cfg.start_method,
                     self.cfg.sharing_strategy,
-                    self.cfg.threads_per_worker,
+                    plural(self.cfg.threads_per_worker, "thread"),
                 )
                 folder.started = True  # from here on the run's files are kept, whatever happens
                 for rank in range(self.cfg.num_workers):

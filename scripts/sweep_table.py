@@ -18,57 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
-from hogwild.bench.report import print_cells, pyplot
-
-FIELDS = ("status", "num_workers", "samples_per_second", "test_accuracy", "wall_seconds")
-
-
-def read_job(job: Path) -> dict:
-    overrides_file = job / ".hydra" / "overrides.yaml"
-    overrides = (
-        (yaml.safe_load(overrides_file.read_text()) or []) if overrides_file.is_file() else []
-    )
-    summary_file = job / "summary.json"
-    summary = (
-        json.loads(summary_file.read_text()) if summary_file.is_file() else {"status": "missing"}
-    )
-    return {"job": job.name, "overrides": list(overrides), **{k: summary.get(k) for k in FIELDS}}
-
-
-def read_sweep(folder: Path) -> list[dict]:
-    jobs = sorted(
-        (p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
-    )
-    return [read_job(job) for job in jobs]
-
-
-def varying(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """The overrides every job shares, and per job the ones that differ (what the sweep varies)."""
-    common = [o for o in rows[0]["overrides"] if all(o in r["overrides"] for r in rows)]
-    return common, [[o for o in r["overrides"] if o not in common] for r in rows]
-
-
-def print_table(rows: list[dict]) -> None:
-    def fmt(value, spec):
-        return "-" if value is None else format(value, spec)
-
-    common, own = varying(rows)
-    print("all jobs:", " ".join(common) or "(no common overrides)")
-    cells = [["job", "overrides", "status", "workers", "samples/s", "test acc %", "wall s"]] + [
-        [
-            r["job"],
-            " ".join(mine) or "(none)",
-            r["status"],
-            fmt(r["num_workers"], "d"),
-            fmt(r["samples_per_second"], ",.0f"),
-            fmt(r["test_accuracy"] and 100 * r["test_accuracy"], ".2f"),
-            fmt(r["wall_seconds"], ".1f"),
-        ]
-        for r, mine in zip(rows, own)
-    ]
-    print_cells(cells, left=3)
+from hogwild.bench.report import pyplot
+from hogwild.sweep import print_table, read_sweep, varying
 
 
 def plot(rows: list[dict], path: Path) -> None:

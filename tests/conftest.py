@@ -24,4 +24,5 @@ def two_run_sweep(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sweep") / "sweep"
     result = run_sweep(["trainer.num_workers=1,2", "trainer.start_method=fork", *SMALL], folder)
     assert result.returncode == 0, result.stderr
+    (folder.parent / "cli.stdout").write_text(result.stdout)  # the table the CLI prints at the end
     return folder

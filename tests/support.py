@@ -122,9 +122,10 @@ def read_summary(run_dir: Path) -> dict:
 def assert_refused_cleanly(
     result, run_dir: Path, *fragments: str, prefix: str = "hogwild: error: "
 ) -> str:
-    """Exit 2, one line on stderr that says it all, no traceback, no output written."""
+    """Exit 2, one line on stderr that says it all, no traceback, no output written. (The
+    "preparing ..." progress line a run logs within a second of its start may precede it.)"""
     assert result.returncode == 2, (result.returncode, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip() and "][INFO] " not in line]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(prefix), lines[0]
     for fragment in fragments:

@@ -59,6 +59,10 @@ class Workload(Protocol):
     def facts(self) -> dict[str, Any]:
         """What a resumed run (and every torchrun node) must agree on."""
 
+    def finished(self, progress: torch.Tensor) -> bool:
+        """Whether a checkpoint's progress table leaves nothing to do (optional: a workload
+        without it is never judged finished on resume)."""
+
     def host_tensors(self) -> list[torch.Tensor]:
         """Tensors the workers read from shared memory (for the /dev/shm and fd checks)."""
 

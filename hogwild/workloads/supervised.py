@@ -21,6 +21,8 @@ from hogwild import sharing
 from hogwild.device import HostBatches, Layout
 from hogwild.errors import ConfigError
 from hogwild.evaluation import SupervisedEvaluator
+from hogwild.protocol import Control
+from hogwild.words import plural
 
 
 def epoch_permutation(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
@@ -90,7 +92,7 @@ class SupervisedWorkload:
         self.total_units = epochs * data.num_train
 
     def describe(self) -> str:
-        return f"{self.data.num_train} samples x {self.epochs} epochs"
+        return f"{plural(self.data.num_train, 'sample')} x {plural(self.epochs, 'epoch')}"
 
     def facts(self) -> dict[str, Any]:
         return {
@@ -98,6 +100,10 @@ class SupervisedWorkload:
             "num_train": self.data.num_train,
             "epochs": self.epochs,
         }
+
+    def finished(self, progress: torch.Tensor) -> bool:
+        """Whether a checkpoint's progress table has every worker past the last epoch."""
+        return bool((progress[:, Control.EPOCH] >= self.epochs).all())
 
     def host_tensors(self) -> list[torch.Tensor]:
         return [self.data.train_x, self.data.train_y]

@@ -72,6 +72,16 @@ def test_tiny_benchmark_writes_a_row_per_run_with_positive_figures_and_a_plot(tm
     assert "samples/s" in result.stdout  # the table header
 
 
+def test_the_cli_ends_a_sweep_with_one_row_per_job(two_run_sweep):
+    out = (two_run_sweep.parent / "cli.stdout").read_text()
+    table = out[out.index("sweep: 2 jobs") :].splitlines()
+    assert table[2].split()[:3] == ["job", "overrides", "status"] and "run folder" in table[2]
+    for job, row in enumerate(table[4:6]):
+        cells = row.split()
+        assert cells[:3] == [str(job), f"trainer.num_workers={job + 1}", "completed"], row
+        assert cells[-1].endswith(f"sweep/{job}") and cells[-3].endswith("%")
+
+
 def test_sweep_table_summarises_a_real_two_run_sweep(two_run_sweep, tmp_path):
     sweep = two_run_sweep
     result = run_script([str(REPO / "scripts" / "sweep_table.py"), str(sweep)], cwd=tmp_path)

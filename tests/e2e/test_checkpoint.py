@@ -77,3 +77,29 @@ def test_resume_from_auto_continues_this_folders_run_and_never_a_completed_one(t
     assert third.returncode == 2
     assert "resume_from=auto" in third.stderr and "already holds a completed run" in third.stderr
     assert (run_dir / "summary.json").read_text() == before
+
+
+def test_resume_a_completed_run_with_more_epochs_or_nothing_to_do(tmp_path):
+    first = tmp_path / "first"
+    args = [*SMALL, "trainer.start_method=fork"]
+    assert run_cli(args, first).returncode == 0
+    ckpt = first / "checkpoints" / "last.pt"
+    same = run_cli([*args, f"resume_from={ckpt}"], tmp_path / "same")  # trainer.epochs=1 again
+    assert_refused_cleanly(same, tmp_path / "same", "nothing to do", "x 1 epoch;", "trainer.epochs")
+    more = tmp_path / "more"
+    result = run_cli([*args, f"resume_from={ckpt}", "trainer.epochs=3"], more)
+    assert result.returncode == 0, result.stderr
+    done = read_summary(first)["samples_seen"]
+    assert f"resumed from {ckpt} at {done:,} samples" in result.stderr
+    s = read_summary(more)
+    assert s["status"] == "completed" and s["samples_seen"] == 3 * done
+    assert s["total_samples"] == 2 * done  # this run trained the two new epochs only
+
+
+def test_another_data_set_is_named_as_the_reason_a_resume_is_refused(tmp_path):
+    first = tmp_path / "first"
+    assert run_cli([*SMALL, "trainer.start_method=fork"], first).returncode == 0
+    ckpt = first / "checkpoints" / "last.pt"
+    run_dir = tmp_path / "second"
+    result = run_cli(["trainer.start_method=fork", f"resume_from={ckpt}"], run_dir)  # digits
+    refused(result, run_dir, "data set 'synthetic'", "data set 'digits'")

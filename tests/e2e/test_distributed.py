@@ -67,6 +67,8 @@ def test_two_loopback_nodes_train_and_end_with_the_same_model(tmp_path):
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    for rank in (0, 1):  # both nodes log to one terminal: every line says which node it is from
+        assert f"][INFO] [node {rank}] training MLP" in result.stderr, result.stderr[-3000:]
     s = read_summary(run_dir)  # written by rank 0 only
     d = s["distributed"]
     assert s["status"] == "completed" and d["world_size"] == 2 and d["rank"] == 0

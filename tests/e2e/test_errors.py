@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from support import SMALL, assert_refused_cleanly, run_cli
+from support import SMALL, assert_refused_cleanly, cli_env, run_cli
 
 
 def test_bad_config_is_one_line_from_a_real_process(tmp_path):
@@ -48,3 +51,13 @@ def test_finished_run_folder_is_never_overwritten(tmp_path):
     second = run_cli([*SMALL, "trainer.start_method=fork"], run_dir)
     assert second.returncode == 2 and "already holds a finished run" in second.stderr
     assert (run_dir / "summary.json").read_text() == before
+
+
+def test_a_refused_run_leaves_no_folder_at_all(tmp_path):
+    """Without hydra.run.dir: not even the empty outputs/<date>/ Hydra made for it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "hogwild", "train", "trainer.num_workers=0"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=cli_env(),
+    )  # fmt: skip
+    assert result.returncode == 2 and "trainer.num_workers=0" in result.stderr
+    assert list(tmp_path.iterdir()) == []

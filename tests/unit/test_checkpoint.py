@@ -16,6 +16,8 @@ from hogwild.errors import RunFolderError
 from hogwild.models import MLP
 
 RUN = {
+    "data": "digits",
+    "model": "MLP",
     "num_workers": 2,
     "batch_size": 64,
     "num_train": 2000,
@@ -281,7 +283,7 @@ def test_load_wrong_format(tmp_path, state, fragment):
 # ---- check_compatible: a resumed run must line up with the one it continues ----
 
 
-@pytest.mark.parametrize("key", checkpoint.MUST_MATCH)
+@pytest.mark.parametrize("key", [k for k in checkpoint.MUST_MATCH if k not in checkpoint.WHAT])
 def test_check_compatible_names_the_mismatched_key(tmp_path, key):
     path = save(tmp_path / "last.pt")
     state = checkpoint.load(str(path))
@@ -291,6 +293,27 @@ def test_check_compatible_names_the_mismatched_key(tmp_path, key):
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"resume_from={str(path)!r}")
     assert f"{key}={RUN[key]!r}" in message and f"{key}={RUN[key] + 1!r}" in message
+
+
+def test_another_data_set_is_named_as_the_cause_not_its_batch_size(tmp_path):
+    path = save(tmp_path / "last.pt")
+    state = checkpoint.load(str(path))
+    other = {**RUN, "data": "synthetic", "num_train": 20000, "batch_size": 128}
+    with pytest.raises(
+        CheckpointError, match="on the data set 'digits' but this run has the data set 'synthetic'"
+    ):
+        checkpoint.check_compatible(str(path), state, other, make_model())
+    del state["run"]["data"], state["run"]["model"]  # older checkpoints: the next key speaks
+    with pytest.raises(CheckpointError, match="num_train=2000 but this run has num_train=20000"):
+        checkpoint.check_compatible(str(path), state, other, make_model())
+
+
+def test_the_epoch_count_may_grow_on_resume_but_not_shrink(tmp_path):
+    path = save(tmp_path / "last.pt", run={**RUN, "epochs": 2})
+    state = checkpoint.load(str(path))
+    checkpoint.check_compatible(str(path), state, {**RUN, "epochs": 5}, make_model())
+    with pytest.raises(CheckpointError, match="written for 2 epochs but this run has epochs=1"):
+        checkpoint.check_compatible(str(path), state, {**RUN, "epochs": 1}, make_model())
 
 
 @pytest.mark.parametrize("hidden", [(16,), (8, 8)], ids=["wider", "deeper"])

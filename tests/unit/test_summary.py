@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from hogwild.summary import Summary, plural
+from hogwild.summary import Summary
+from hogwild.words import plural
 
 
 def summary(**overrides) -> Summary:

@@ -1,0 +1,69 @@
+"""Signals from the first line to the last write (hogwild.lifetime): one receiver thread takes
+them; before a run they raise Interrupted in the main thread, during a run they are recorded;
+children are born ignoring what a terminal sends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hogwild import lifetime
+
+from support import wait_until
+
+
+@pytest.fixture
+def installed():
+    previous = lifetime.install()
+    yield
+    lifetime.restore(previous)
+
+
+def test_a_signal_before_the_run_raises_interrupted_in_the_main_thread(installed):
+    os.kill(os.getpid(), signal.SIGINT)
+    with pytest.raises(lifetime.Interrupted) as info:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the main thread runs Python: it is raised here
+            sum(range(1000))
+    assert info.value.signum == signal.SIGINT and info.value.exit_code == 130
+
+
+def test_during_a_run_signals_are_recorded_not_raised(installed):
+    with lifetime.SignalRelay() as relay:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert wait_until(lambda: len(relay.pending) == 1, 30), relay.pending
+        os.kill(os.getpid(), signal.SIGINT)
+        assert wait_until(lambda: len(relay.pending) == 2, 30), relay.pending
+        assert relay.drain() == [signal.SIGTERM, signal.SIGINT] and relay.pending == []
+
+
+def test_every_thread_blocks_them_and_restore_gives_them_back():
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    previous = lifetime.install()
+    assert set(lifetime.SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    lifetime.restore(previous)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert not lifetime.installed()
+
+
+def test_a_child_started_born_deaf_ignores_ctrl_c_and_hangups(installed):
+    code = "import signal as s; print([s.getsignal(n) == s.SIG_IGN for n in (s.SIGINT, s.SIGHUP)])"
+    with lifetime.born_deaf():
+        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert child.communicate(timeout=60)[0].strip() == "[True, True]"
+    assert signal.getsignal(signal.SIGINT) != signal.SIG_IGN  # only while it was started
+
+
+def test_a_signal_while_a_child_starts_is_acted_on_once_it_is_out(installed):
+    with pytest.raises(lifetime.Interrupted):
+        with lifetime.born_deaf():
+            os.kill(os.getpid(), signal.SIGINT)
+            assert wait_until(lambda: lifetime._RECEIVER.deferred, 30)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # as the tracker does
+    assert set(lifetime.SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
