@@ -165,6 +165,10 @@ def run_job(cfg, started_at: float | None = None) -> int:
     try:  # a bad value is refused before torch is even imported (~2 s)
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
         run = build_run_config(raw, output_dir)
+        # which file of each config group was used (data: mnist, ...): the run's record, and
+        # the experiment / data / model / optimizer columns of TensorBoard's HParams tab
+        choices = HydraConfig.get().runtime.choices
+        raw["choices"] = {k: v for k, v in choices.items() if not k.startswith("hydra/")}
         trainer = _train(run, raw, started_at, lambda: _save_hydra_files(cfg, output_dir))
     except HogwildError as e:
         _remove_if_empty(output_dir)  # Hydra made it for this run; a refused run leaves nothing
