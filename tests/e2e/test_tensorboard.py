@@ -110,7 +110,8 @@ def browser() -> str | None:
 
 @pytest.mark.skipif(
     browser() is None,
-    reason=f"no headless browser ({' / '.join(BROWSERS)}) to screenshot TensorBoard with",
+    reason=f"no headless browser ({' / '.join(BROWSERS)} on PATH) to screenshot TensorBoard with; "
+    "`apt-get install chromium` gives one",
 )
 def test_a_browser_renders_the_scalars_and_hparams_pages(board, tmp_path):
     """Screenshots for a person to look at: HOGWILD_SCREENSHOTS=<folder> keeps them there."""
