@@ -8,9 +8,10 @@ Callers write flat tags; a per-rank tag (`workers/loss/rank_03`) goes to that ra
 TensorBoard run under the tag without its rank (`workers/loss`), so that TensorBoard overlays the
 workers of a run in one chart with one y axis instead of one card per rank.
 
-The HParams row: every run writes the same experiment description (the columns and metrics
-below), since TensorBoard takes the first one it finds for the whole log folder; the metrics are
-one-point scalars under `summary/`, a group that sorts after eval/ and perf/ in the Scalars view.
+The HParams row, written as the run starts: every run writes the same experiment description
+(the columns and metrics below), since TensorBoard takes the first one it finds for the whole log
+folder. The metrics, written at the end, are one-point scalars under `summary/`, a group that
+sorts after eval/ and perf/ in the Scalars view.
 TensorBoard prints every number in that table with 5 significant digits (2 -> "2.0000", 269190 ->
 "2.6919e+5"): integers are written as text and throughput in thousands.
 """
@@ -53,7 +54,7 @@ METRICS = [
     ("samples_per_second", "summary/ksamples_per_second", "k samples/s", 1e-3),
 ]
 # the HParams tab's Status filter offers Success, Failure, Unknown and Running (not Aborted,
-# whose rows it would hide): an interrupted run is Unknown
+# whose rows it would hide): an interrupted run stays Unknown
 _STATUS = {"completed": "STATUS_SUCCESS", "failed": "STATUS_FAILURE"}
 
 
@@ -84,14 +85,21 @@ class TensorBoardSink(NullSink):
             else:
                 self.writer.add_scalar(tag, value, step)
 
-    def hparams(self, hparams, metrics, step):
-        """The run's HParams row: `hparams` from hogwild.summary.hparams (the COLUMNS, plus
-        `trial_id`, `started_at` and `status`), `metrics` from hogwild.summary.hparam_metrics."""
+    def hparams(self, hparams):
+        """The run's HParams row, as it starts (its Status: Unknown until it ends): `hparams`
+        from hogwild.summary.hparams, the COLUMNS plus `trial_id` and `started_at`."""
+        for pb in hparams_summaries(hparams):
+            self.writer.file_writer.add_summary(pb)
+
+    def results(self, status, metrics, step):
+        """The row's metrics (`metrics` from hogwild.summary.hparam_metrics), and its status. An
+        interrupted run leaves it open: TensorBoard keeps the first status a run writes, and a
+        resumed run ends it."""
         for key, tag, _, scale in METRICS:
             if metrics.get(key) is not None:
                 self.writer.add_scalar(tag, float(metrics[key]) * scale, step)
-        for pb in hparams_summaries(hparams):
-            self.writer.file_writer.add_summary(pb)
+        if status in _STATUS:
+            self.writer.file_writer.add_summary(session_end(status))
 
     def close(self):
         for w in [self.writer, *self.ranks.values()]:
@@ -100,20 +108,9 @@ class TensorBoardSink(NullSink):
 
 
 def hparams_summaries(hparams: Mapping[str, Any]) -> list:
-    """The experiment (columns, metrics), the session start (this run's values) and the
-    session end (its status), as TensorBoard summary protos."""
-    from tensorboard.compat.proto.summary_pb2 import Summary
+    """The experiment (columns, metrics) and the session start (this run's values), as
+    TensorBoard summary protos."""
     from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-
-    def summary(tag: str, **data) -> Summary:
-        content = plugin_data_pb2.HParamsPluginData(**data)
-        pb = Summary()
-        pb.value.add(
-            tag=tag,
-            metadata=metadata.create_summary_metadata(content),
-            tensor=metadata.NULL_TENSOR,
-        )
-        return pb
 
     experiment = api_pb2.Experiment(
         hparam_infos=[
@@ -141,15 +138,31 @@ def hparams_summaries(hparams: Mapping[str, Any]) -> list:
             start.hparams[column_name(i, key)].string_value = str(value)
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             start.hparams[column_name(i, key)].number_value = float(value)
-    end = plugin_data_pb2.SessionEndInfo(
-        status=_STATUS.get(str(hparams.get("status")), "STATUS_UNKNOWN"),
-        end_time_secs=time.time(),
-    )
     return [
-        summary(metadata.EXPERIMENT_TAG, experiment=experiment),
-        summary(metadata.SESSION_START_INFO_TAG, session_start_info=start),
-        summary(metadata.SESSION_END_INFO_TAG, session_end_info=end),
+        _summary(metadata.EXPERIMENT_TAG, experiment=experiment),
+        _summary(metadata.SESSION_START_INFO_TAG, session_start_info=start),
     ]
+
+
+def session_end(status: str):
+    from tensorboard.plugins.hparams import metadata, plugin_data_pb2
+
+    end = plugin_data_pb2.SessionEndInfo(status=_STATUS[status], end_time_secs=time.time())
+    return _summary(metadata.SESSION_END_INFO_TAG, session_end_info=end)
+
+
+def _summary(tag: str, **data):
+    """A summary proto holding HParamsPluginData(**data) under `tag`."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.plugins.hparams import metadata, plugin_data_pb2
+
+    pb = Summary()
+    pb.value.add(
+        tag=tag,
+        metadata=metadata.create_summary_metadata(plugin_data_pb2.HParamsPluginData(**data)),
+        tensor=metadata.NULL_TENSOR,
+    )
+    return pb
 
 
 def _quiet_writer_threads() -> None:

@@ -23,9 +23,9 @@ class NullSink:
 
     def advance(self, samples: int, postfix: Mapping[str, Any]) -> None: ...
 
-    def hparams(
-        self, hparams: Mapping[str, Any], metrics: Mapping[str, float], step: int
-    ) -> None: ...
+    def hparams(self, hparams: Mapping[str, Any]) -> None: ...
+
+    def results(self, status: str, metrics: Mapping[str, float | None], step: int) -> None: ...
 
     def close(self) -> None: ...
 
@@ -53,8 +53,11 @@ class Sinks(NullSink):
     def advance(self, samples, postfix):
         self._each("advance", samples, postfix)
 
-    def hparams(self, hparams, metrics, step):
-        self._each("hparams", hparams, metrics, step)
+    def hparams(self, hparams):
+        self._each("hparams", hparams)
+
+    def results(self, status, metrics, step):
+        self._each("results", status, metrics, step)
 
     def close(self):
         self._each("close")

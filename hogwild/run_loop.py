@@ -86,6 +86,7 @@ class RunLoop:
                 TensorBoardSink(os.path.join(trainer.output_dir, "tensorboard")),
                 ProgressBar(workload.total_units, self.initial),
             )
+            self.sinks.hparams(summary.hparams(trainer))  # a row in the HParams tab from the start
         else:
             self.sinks = NullSink()
 
@@ -228,9 +229,7 @@ def finish(loop: RunLoop) -> summary.Summary:
         }
     )
     if loop.node.is_writer:
-        loop.sinks.hparams(
-            summary.hparams(t, s.status), summary.hparam_metrics(s), loop.window.samples_seen
-        )
+        loop.sinks.results(s.status, summary.hparam_metrics(s), loop.window.samples_seen)
         loop.sinks.close()
         path = os.path.join(t.output_dir, "summary.json")
         try:

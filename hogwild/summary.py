@@ -166,8 +166,8 @@ def collect(loop) -> Summary:
     )
 
 
-def hparams(trainer, status: str) -> dict[str, Any]:
-    """The HParams tab's columns (hogwild.dashboards.COLUMNS), the run's trial id and status."""
+def hparams(trainer) -> dict[str, Any]:
+    """The HParams tab's columns (hogwild.dashboards.COLUMNS) and the run's trial id."""
     cfg, record = trainer.cfg, trainer.record
     choices = record.get("choices") or {}  # the config groups the CLI composed (hogwild.cli)
     factory = trainer.optimizer_factory
@@ -193,7 +193,6 @@ def hparams(trainer, status: str) -> dict[str, Any]:
         "trial_id": (f"#{job} " if job.isdigit() else "")
         + time.strftime("%m-%d %H:%M:%S", time.localtime(trainer.started_at)),
         "started_at": trainer.started_at,
-        "status": status,
     }
 
 

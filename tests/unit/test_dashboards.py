@@ -58,7 +58,7 @@ def test_each_worker_gets_its_own_run_with_the_same_tags(tmp_path):
 
 
 def plugin_data(summaries):
-    """{tag: HParamsPluginData} of the experiment, session start and session end summaries."""
+    """{tag: HParamsPluginData} of the experiment and session start summaries."""
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     return {
@@ -102,13 +102,30 @@ def test_every_run_describes_the_same_columns_and_writes_integers_as_text():
 
 def test_the_hparams_metrics_are_one_point_each_under_summary(tmp_path):
     sink = TensorBoardSink(str(tmp_path))
-    sink.hparams(
-        {"status": "completed"},
-        {"test_accuracy": 0.9, "test_rmse": None, "samples_per_second": 269190.0},
-        1000,
+    sink.results(
+        "completed", {"test_accuracy": 0.9, "test_rmse": None, "samples_per_second": 269190.0}, 1000
     )
     sink.close()
     acc = events(tmp_path)
     assert sorted(acc.Tags()["scalars"]) == ["summary/ksamples_per_second", "summary/test_accuracy"]
     ((point,),) = [acc.Scalars("summary/ksamples_per_second")]
     assert point.step == 1000 and point.value == pytest.approx(269.19)
+
+
+def test_an_interrupted_run_stays_open_until_its_resumed_run_completes_it(tmp_path):
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+    from tensorboard.plugins.hparams import api_pb2, metadata
+
+    for trial, status in (("first", "interrupted"), ("resumed", "completed")):
+        sink = TensorBoardSink(str(tmp_path))  # the same folder: resume_from continues it
+        sink.hparams({"trial_id": trial, "num_workers": 2})
+        sink.results(status, {"test_accuracy": 0.9}, 100)
+        sink.close()
+    board = EventMultiplexer()
+    board.AddRunsFromDirectory(str(tmp_path))
+    board.Reload()
+    tags = board.PluginRunToTagToContent("hparams")["."]
+    # TensorBoard keeps a tag's first metadata: the first run's row, the first status written
+    start = metadata.parse_session_start_info_plugin_data(tags[metadata.SESSION_START_INFO_TAG])
+    end = metadata.parse_session_end_info_plugin_data(tags[metadata.SESSION_END_INFO_TAG])
+    assert start.group_name == "first" and end.status == api_pb2.STATUS_SUCCESS
