@@ -37,7 +37,10 @@ def run_job(cfg, started_at: float | None = None) -> int:
     try:  # a bad value is refused before torch is even imported (~2 s)
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
         run = build_run_config(raw, output_dir)
+        # which file of each config group was used (data: mnist, ...): the run's record, and
+        # the experiment / data / model / optimizer columns of TensorBoard's HParams tab
         choices = HydraConfig.get().runtime.choices
+        raw["choices"] = {k: v for k, v in choices.items() if not k.startswith("hydra/")}
         log.info(  # the first line, within a second of the start: torch and the data take longer
             "preparing %s on %s: %s, %s",
             choices.get("model", "model"),

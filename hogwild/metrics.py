@@ -1,17 +1,16 @@
-"""Metric sinks, owned by the orchestrator: one TensorBoard writer, one tqdm bar.
+"""Metric sinks, owned by the orchestrator: TensorBoard (hogwild.dashboards), one tqdm bar.
 
 Call sites never branch on "is TensorBoard on?": they talk to a `Sinks` fan-out, and a sink
 that is off is simply not in it. The x axis everywhere is the global number of training
 samples seen, which is what means something when N workers step at their own pace.
-Tags are grouped with `/`: train/, eval/, perf/, and workers/ (one chart per rank, in a group
-of its own so that 16 workers do not drown the main charts).
+Tags are grouped with `/`: train/, eval/, perf/, and workers/<metric>/rank_NN (written by
+hogwild.dashboards as one TensorBoard run per rank: one chart per metric, one line per worker).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +23,9 @@ class NullSink:
 
     def advance(self, samples: int, postfix: Mapping[str, Any]) -> None: ...
 
-    def hparams(self, hparams: Mapping[str, Any], metrics: Mapping[str, float]) -> None: ...
+    def hparams(self, hparams: Mapping[str, Any]) -> None: ...
+
+    def results(self, status: str, metrics: Mapping[str, float | None], step: int) -> None: ...
 
     def close(self) -> None: ...
 
@@ -52,53 +53,14 @@ class Sinks(NullSink):
     def advance(self, samples, postfix):
         self._each("advance", samples, postfix)
 
-    def hparams(self, hparams, metrics):
-        self._each("hparams", hparams, metrics)
+    def hparams(self, hparams):
+        self._each("hparams", hparams)
+
+    def results(self, status, metrics, step):
+        self._each("results", status, metrics, step)
 
     def close(self):
         self._each("close")
-
-
-def _quiet_writer_threads() -> None:
-    """TensorBoard's writer thread keeps a write error (a full disk) for the next add_* or
-    close, where Sinks reports it in one line, and then re-raises it in the thread, where
-    Python would print a traceback: that second copy is dropped."""
-    previous = threading.excepthook
-    if getattr(previous, "hogwild", False):
-        return
-
-    def hook(args) -> None:
-        writer_thread = type(args.thread).__name__ == "_AsyncWriterThread"
-        if not (writer_thread and isinstance(args.exc_value, OSError)):
-            previous(args)
-
-    hook.hogwild = True
-    threading.excepthook = hook
-
-
-class TensorBoardSink(NullSink):
-    def __init__(self, log_dir: str):
-        from torch.utils.tensorboard import SummaryWriter  # imported only where it is used
-
-        _quiet_writer_threads()
-        self.writer = SummaryWriter(log_dir=log_dir)
-
-    def scalars(self, values, step):
-        for tag, value in values.items():
-            self.writer.add_scalar(tag, value, step)
-
-    def hparams(self, hparams, metrics):
-        # run_name="." keeps the hparams in this run's folder instead of a new timestamped one,
-        # so the HParams tab of a sweep shows one row per run.
-        clean = {
-            k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()
-        }
-        final = {f"hparam/{k}": float(v) for k, v in metrics.items() if v is not None}
-        self.writer.add_hparams(clean, final, run_name=".")
-
-    def close(self):
-        self.writer.flush()
-        self.writer.close()
 
 
 class ProgressBar(NullSink):

@@ -20,8 +20,9 @@ from typing import Any
 
 from hogwild import run_folder, staleness, summary
 from hogwild.checkpoint import Checkpointer
+from hogwild.dashboards import TensorBoardSink
 from hogwild.errors import NodeSyncError
-from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks, TensorBoardSink
+from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks
 from hogwild.protocol import Control, Log, Progress
 from hogwild.run_state import (
     Failed,
@@ -85,6 +86,7 @@ class RunLoop:
                 TensorBoardSink(os.path.join(trainer.output_dir, "tensorboard")),
                 ProgressBar(workload.total_units, self.initial),
             )
+            self.sinks.hparams(summary.hparams(trainer))  # a row in the HParams tab from the start
         else:
             self.sinks = NullSink()
 
@@ -227,7 +229,7 @@ def finish(loop: RunLoop) -> summary.Summary:
         }
     )
     if loop.node.is_writer:
-        loop.sinks.hparams(summary.hparams(t), summary.hparam_metrics(s))
+        loop.sinks.results(s.status, summary.hparam_metrics(s), loop.window.samples_seen)
         loop.sinks.close()
         path = os.path.join(t.output_dir, "summary.json")
         try:

@@ -117,7 +117,8 @@ class Summary:
                 if os.path.exists(checkpoint)
                 else "none written",
             ),
-            ("dashboards", f"tensorboard --logdir {os.path.join(rel, 'tensorboard')}"),
+            # the run folder, not its tensorboard/: TensorBoard would name the run "."
+            ("dashboards", f"tensorboard --logdir {rel}"),
         ]
         return failure, [f"run {self.status}"] + [f"  {key:<14} {value}" for key, value in rows]
 
@@ -167,16 +168,32 @@ def collect(loop) -> Summary:
 
 
 def hparams(trainer) -> dict[str, Any]:
-    """The HParams tab's columns: what was varied."""
-    cfg = trainer.cfg
+    """The HParams tab's columns (hogwild.dashboards.COLUMNS) and the run's trial id."""
+    cfg, record = trainer.cfg, trainer.record
+    choices = record.get("choices") or {}  # the config groups the CLI composed (hogwild.cli)
+    factory = trainer.optimizer_factory
+    names = {
+        "experiment": choices.get("experiment") or "none",
+        "data": choices.get("data") or trainer.workload.name,
+        "model": choices.get("model") or type(trainer.model).__name__,
+        "optimizer": choices.get("optimizer")
+        or getattr(getattr(factory, "func", factory), "__name__", "n/a"),
+    }
+    job = os.path.basename(trainer.output_dir)  # a sweep's job number
     return {
+        **names,
         "num_workers": cfg.num_workers,
         "start_method": cfg.start_method,
         "sharing_strategy": cfg.sharing_strategy,
         "device": cfg.device,
         "threads_per_worker": cfg.threads_per_worker,
         **trainer.workload.facts(),
-        "lr": getattr(trainer.optimizer_factory, "keywords", {}).get("lr", "n/a"),
+        "lr": getattr(factory, "keywords", {}).get("lr", "n/a"),
+        # the table's Trial ID, unique (runs with the same one would share a row) and short
+        # enough to be read: which job of a sweep, when; the columns say what ran
+        "trial_id": (f"#{job} " if job.isdigit() else "")
+        + time.strftime("%m-%d %H:%M:%S", time.localtime(trainer.started_at)),
+        "started_at": trainer.started_at,
     }
 
 

@@ -1,4 +1,4 @@
-"""One table for a Hydra sweep: `python scripts/sweep_table.py outputs/multirun/<date>/<time>`.
+"""One table for a Hydra sweep: `python scripts/sweep_table.py outputs/multirun/<date>_<time>`.
 
 Reads every job folder of the sweep (0/, 1/, ...: summary.json and .hydra/overrides.yaml),
 prints overrides, status, workers, samples/s, test accuracy and wall time per job, and writes
@@ -8,7 +8,7 @@ started, or still running) is listed as `missing`.
 
     python -m hogwild train -m trainer.num_workers=1,2 trainer.start_method=fork,forkserver \
         data=synthetic trainer.epochs=1
-    python scripts/sweep_table.py outputs/multirun/2026-01-01/12-00-00
+    python scripts/sweep_table.py outputs/multirun/2026-01-01_12-00-00
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         description="one table (+ sweep.json, sweep.png) for a Hydra multirun folder"
     )
     p.add_argument(
-        "folder", type=Path, help="the sweep folder, e.g. outputs/multirun/<date>/<time>"
+        "folder", type=Path, help="the sweep folder, e.g. outputs/multirun/<date>_<time>"
     )
     p.add_argument("--no-plot", action="store_true", help="skip sweep.png")
     args = p.parse_args(argv)

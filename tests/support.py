@@ -234,18 +234,20 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 # ---- TensorBoard event files ----
 
 
-def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+def tensorboard_scalars(run_dir: Path, tag: str, run: str = "") -> list[tuple[int, float]]:
+    """A tag's (step, value) points in the run folder's TensorBoard run (`run`: a run under it,
+    e.g. "workers/rank_00")."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc = EventAccumulator(str(run_dir / "tensorboard" / run))
     acc.Reload()
     return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
-def tensorboard_tags(run_dir: Path) -> set[str]:
+def tensorboard_tags(run_dir: Path, run: str = "") -> set[str]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc = EventAccumulator(str(run_dir / "tensorboard" / run))
     acc.Reload()
     return set(acc.Tags()["scalars"])
 

@@ -1,22 +1,66 @@
-"""The dashboards, as a user opens them: a real TensorBoard on loopback, asked over HTTP."""
+"""The dashboards, as a user opens them: a real TensorBoard on loopback, asked over HTTP, and
+looked at in a headless browser where one is installed."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
-from support import free_port, read_summary
+from support import free_port, read_summary, wait_until
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
 def get_json(url: str):
     with urllib.request.urlopen(url, timeout=5) as response:
         return json.loads(response.read())
+
+
+def post_json(url: str, body: dict):
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def board(two_run_sweep):
+    """TensorBoard over the sweep folder, once it serves both runs: its base URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(two_run_sweep)]
+        + ["--host", "127.0.0.1", "--port", str(port), "--reload_interval", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def serves_both_runs() -> bool:
+        if process.poll() is not None:
+            return True  # reported below
+        try:
+            return {"0/tensorboard", "1/tensorboard"} <= set(get_json(f"{base}/data/runs"))
+        except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
+            return False
+
+    try:
+        wait_until(serves_both_runs, timeout=60, interval=0.5)
+        if process.poll() is not None:
+            pytest.skip(f"tensorboard could not serve on 127.0.0.1:{port}: {process.stderr.read()}")
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 def test_multirun_gives_one_run_folder_per_value(two_run_sweep):
@@ -25,74 +69,66 @@ def test_multirun_gives_one_run_folder_per_value(two_run_sweep):
     assert workers == [1, 2]
 
 
-def test_tensorboard_serves_every_run_tag_and_hparams_of_a_sweep(two_run_sweep):
-    sweep = two_run_sweep
-    port = free_port()
-    board = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tensorboard.main",
-            "--logdir",
-            str(sweep),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--reload_interval",
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        runs = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(runs) < 2:
-            if board.poll() is not None:
-                pytest.skip(
-                    f"tensorboard could not serve on 127.0.0.1:{port}: {board.stderr.read()[-300:]}"
-                )
-            try:
-                runs = [r for r in get_json(f"{base}/data/runs") if r.endswith("tensorboard")]
-            except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
-                pass
-            time.sleep(0.5)
-        assert sorted(runs) == ["0/tensorboard", "1/tensorboard"], runs
-        tags = get_json(f"{base}/data/plugin/scalars/tags")
-        for run in runs:
-            for tag in (
-                "train/loss",
-                "train/lr",
-                "perf/samples_per_second",
-                "eval/loss",
-                "eval/accuracy",
-                "workers/loss/rank_00",
-            ):
-                assert tag in tags[run], (run, sorted(tags[run]))
-        assert "workers/loss/rank_01" in tags["1/tensorboard"]  # the 2-worker run
-        plugins = get_json(f"{base}/data/plugins_listing")
-        assert plugins.get("hparams", {}).get("enabled"), plugins.get("hparams")
-        request = urllib.request.Request(
-            f"{base}/data/plugin/hparams/experiment",
-            data=b'{"experimentName": ""}',
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=5) as response:
-            experiment = json.loads(response.read())
-        hparams = {h["name"] for h in experiment["hparamInfos"]}
-        assert {
-            "num_workers",
-            "start_method",
-            "sharing_strategy",
-            "device",
-            "batch_size",
-            "lr",
-        } <= hparams
-        metrics = {m["name"]["tag"] for m in experiment["metricInfos"]}
-        assert "hparam/test_accuracy" in metrics and "hparam/samples_per_second" in metrics
-    finally:
-        board.terminate()
-        board.wait(timeout=10)
+def test_tensorboard_serves_every_run_tag_and_one_run_per_worker(board):
+    runs = set(get_json(f"{board}/data/runs"))
+    workers = {"0/tensorboard/workers/rank_00", "1/tensorboard/workers/rank_01"}
+    assert {"0/tensorboard", "1/tensorboard"} | workers <= runs, runs
+    tags = get_json(f"{board}/data/plugin/scalars/tags")
+    for run in ("0/tensorboard", "1/tensorboard"):
+        for tag in ("train/loss", "train/lr", "perf/samples_per_second", "eval/accuracy"):
+            assert tag in tags[run], (run, sorted(tags[run]))
+    for run in workers:  # the same tag in every worker's run: one chart, one line per worker
+        assert "workers/loss" in tags[run], (run, sorted(tags[run]))
+
+
+def test_the_hparams_tab_has_what_ran_as_columns_and_the_final_figures(board):
+    plugins = get_json(f"{board}/data/plugins_listing")
+    assert plugins.get("hparams", {}).get("enabled"), plugins.get("hparams")
+    experiment = post_json(f"{board}/data/plugin/hparams/experiment", {"experimentName": ""})
+    titles = [h.get("displayName") for h in experiment["hparamInfos"]]
+    assert titles[:5] == ["experiment", "data", "model", "optimizer", "workers"], titles
+    assert {"lr", "batch size", "start method", "sharing strategy", "device"} <= set(titles)
+    metrics = {m["name"]["tag"] for m in experiment["metricInfos"]}
+    assert {"summary/test_accuracy", "summary/ksamples_per_second"} <= metrics
+    groups = post_json(
+        f"{board}/data/plugin/hparams/session_groups",
+        {"experimentName": "", "allowedStatuses": ["STATUS_SUCCESS"], "startIndex": 0}
+        | {"sliceSize": 10, "colParams": []},
+    )["sessionGroups"]
+    rows = {g["name"]: g["hparams"] for g in groups}
+    assert sorted(name[:3] for name in rows) == ["#0 ", "#1 "], rows  # job number, then time
+    assert sorted(row["05_num_workers"] for row in rows.values()) == [
+        "1",
+        "2",
+    ]  # text: "1", not "1.0000"
+    assert {row["02_data"] for row in rows.values()} == {"synthetic"}
+
+
+def browser() -> str | None:
+    return next(filter(None, map(shutil.which, BROWSERS)), None)
+
+
+@pytest.mark.skipif(
+    browser() is None,
+    reason=f"no headless browser ({' / '.join(BROWSERS)} on PATH) to screenshot TensorBoard with; "
+    "`apt-get install chromium` gives one",
+)
+def test_a_browser_renders_the_scalars_and_hparams_pages(board, tmp_path):
+    """Screenshots for a person to look at: HOGWILD_SCREENSHOTS=<folder> keeps them there."""
+    from PIL import Image
+
+    folder = Path(os.environ.get("HOGWILD_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    # the workers' charts, and the whole HParams table (columns, number formats)
+    pages = {"scalars": ("#scalars&tagFilter=workers", 1400), "hparams": ("#hparams", 2200)}
+    for page, (fragment, width) in pages.items():
+        png = folder / f"tensorboard_{page}.png"
+        command = [browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"]
+        command += ["--no-first-run", "--disable-background-networking", "--disable-sync"]
+        command += ["--disable-component-update", f"--user-data-dir={tmp_path / 'profile'}"]
+        command += [f"--screenshot={png}", f"--window-size={width},1000"]
+        command += ["--virtual-time-budget=15000", board + "/" + fragment]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert png.is_file(), result.stderr[-500:]
+        colours = Image.open(png).convert("RGB").getcolors(maxcolors=1 << 16)
+        assert colours is None or len(colours) > 100, f"{png} is nearly blank"  # a drawn page
