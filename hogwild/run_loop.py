@@ -22,9 +22,10 @@ from hogwild import run_folder, staleness, summary
 from hogwild.checkpoint import Checkpointer
 from hogwild.errors import NodeSyncError
 from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks, TensorBoardSink
-from hogwild.protocol import Control, Log, Progress
+from hogwild.protocol import Control, Log, Progress, Scalars
 from hogwild.run_state import (
     Failed,
+    Finished,
     Restart,
     RunFailed,
     RunState,
@@ -60,7 +61,7 @@ class RunLoop:
             cfg.grace_seconds,
             cfg.stall_seconds,
         )
-        self.window = ProgressWindow(samples_seen=self.initial)
+        self.window = ProgressWindow(samples_seen=self.initial, unit=workload.unit)
         self.evaluator = (
             workload.evaluator(plan.device, plan.layout, cfg.eval_batch_size)
             if writer
@@ -83,7 +84,7 @@ class RunLoop:
             os.makedirs(trainer.output_dir, exist_ok=True)
             self.sinks = Sinks(
                 TensorBoardSink(os.path.join(trainer.output_dir, "tensorboard")),
-                ProgressBar(workload.total_units, self.initial),
+                ProgressBar(workload.total_units, self.initial, unit=workload.unit),
             )
         else:
             self.sinks = NullSink()
@@ -101,6 +102,8 @@ class RunLoop:
                         event.lr,
                         event.skipped,
                     )
+                elif isinstance(event, Scalars):
+                    self.sinks.scalars(workload_scalars(event), self.window.samples_seen)
                 elif isinstance(event, Log):
                     log.log(event.level, "[worker %d] %s", event.rank, event.message)
                 self.apply(event)
@@ -126,6 +129,8 @@ class RunLoop:
                 self.sinks.scalars(
                     self.evaluator.evaluate(self.t.model, label), self.window.samples_seen
                 )
+                if reason := self.evaluator.goal():  # e.g. a policy that solved its task
+                    self.apply(Finished(reason))
         self.flush()
         if (
             st.running
@@ -166,7 +171,9 @@ class RunLoop:
                 )
             elif isinstance(action, StopWorkers):
                 self.control.stop[0] = 1
-                if self.state.status == "interrupted":
+                if self.state.finished_reason:
+                    log.info("%s; stopping the workers", action.reason)
+                elif self.state.status == "interrupted":
                     log.warning(
                         "%s received: stopping the workers at their next step (again to force)",
                         action.reason,
@@ -202,6 +209,17 @@ class NoEvaluation:
 
     def results(self) -> dict[str, Any]:
         return {}
+
+    def goal(self) -> None:
+        return None
+
+
+def workload_scalars(event: Scalars) -> dict[str, float]:
+    """A worker's own figures: the run's chart (`train/<key>`, every worker's reports on one
+    line) and the worker's (`workers/<key>/rank_NN`)."""
+    out = {f"train/{k}": v for k, v in event.values.items()}
+    out.update({f"workers/{k}/rank_{event.rank:02d}": v for k, v in event.values.items()})
+    return out
 
 
 def finish(loop: RunLoop) -> summary.Summary:
