@@ -133,4 +133,11 @@ def _env_section(raw: Mapping[str, Any]) -> dict[str, Any] | None:
             "env and data are both set: an env run (A3C) trains on no data set; "
             "use +experiment=a3c_cartpole, or add data=null"
         )
+    device = (raw.get("trainer") or {}).get("device", "cpu")
+    if device != "cpu":
+        raise refuse(
+            "trainer.device",
+            device,
+            "an env run (A3C) runs on the CPU: its environments step there and its models are tiny",
+        )
     return _target_section("env", raw["env"])

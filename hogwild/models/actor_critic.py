@@ -34,6 +34,10 @@ class ActorCritic(nn.Module):
         with torch.no_grad():
             self.policy[-1].weight.mul_(0.01)
 
+    def policy_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The logits alone: what acting needs (half the work of forward)."""
+        return self.policy(x)
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [batch, actions], values [batch])."""
         return self.policy(x), self.value(x).squeeze(-1)

@@ -85,9 +85,10 @@ class A3CTask:
         obs, _ = env.reset(seed=ctx.seed + ctx.rank)
         env.action_space.seed(ctx.seed + ctx.rank)
         episodes, sums, updates = Episodes(), np.zeros(3), 0
+        rng = np.random.default_rng(ctx.seed + ctx.rank)  # the actions' randomness
         while not ctx.stopping() and ctx.global_units() < self.cfg.max_env_steps:
             ctx.begin()  # clears this worker's gradients; staleness counts from this read
-            rollout, obs = self.collect(ctx.model, env, obs, episodes)
+            rollout, obs = self.collect(ctx.model, env, obs, episodes, rng)
             loss, parts = self.loss(ctx.model, rollout)
             n = len(rollout.rewards)
             if ctx.step(loss, n, updates + 1, max_grad_norm=self.cfg.max_grad_norm):
@@ -97,15 +98,18 @@ class A3CTask:
                 ctx.scalars({**means, **episodes.drain()})
                 sums = np.zeros(3)
 
-    def collect(self, model, env, obs, episodes: Episodes) -> tuple[Rollout, Any]:
+    def collect(
+        self, model, env, obs, episodes: Episodes, rng: np.random.Generator
+    ) -> tuple[Rollout, Any]:
         """n steps of the current shared policy; returns the rollout and the observation to go on from."""
         n = self.cfg.rollout_steps
         r = Rollout(np.empty((n, *np.shape(obs)), np.float32), None, [], [], [], [])
         r.next_obs = np.empty_like(r.obs)
+        # the policy alone when the model offers it (ActorCritic): acting needs no value
+        policy = getattr(model, "policy_logits", None) or (lambda x: model(x)[0])
         with torch.no_grad():
             for t in range(n):
-                logits, _ = model(envs.as_input(obs))
-                action = int(torch.multinomial(torch.softmax(logits[0], -1), 1))
+                action = envs.sample(policy(envs.as_input(obs))[0], rng)
                 r.obs[t] = obs
                 obs, reward, terminated, truncated, _ = env.step(action)
                 r.next_obs[t] = obs  # the final observation: a truncated episode bootstraps on it

@@ -66,6 +66,12 @@ def test_gae_weighs_later_td_errors_by_gamma_lambda():
     assert advantages == pytest.approx([0.5, 1.0])
 
 
+def test_actions_are_drawn_with_the_policys_probabilities():
+    rng, logits = np.random.default_rng(0), torch.log(torch.tensor([0.2, 0.5, 0.3]))
+    counts = np.bincount([envs.sample(logits, rng) for _ in range(20_000)], minlength=3)
+    assert counts / counts.sum() == pytest.approx([0.2, 0.5, 0.3], abs=0.015)
+
+
 # ---- the rollout ----
 
 
@@ -92,7 +98,7 @@ class Countdown(gymnasium.Env):
 def test_a_rollout_keeps_the_final_observation_of_an_episode_and_goes_on_after_the_reset():
     task, env, episodes = A3CTask(Countdown, A3CConfig(rollout_steps=5)), Countdown(), Episodes()
     obs, _ = env.reset()
-    rollout, obs = task.collect(ActorCritic([1], 2), env, obs, episodes)
+    rollout, obs = task.collect(ActorCritic([1], 2), env, obs, episodes, np.random.default_rng(0))
     assert rollout.obs[:, 0].tolist() == [3, 2, 1, 3, 2]
     assert rollout.next_obs[:, 0].tolist() == [2, 1, 0, 2, 1]  # 0: the final one, not the reset
     assert rollout.terminated == rollout.ends == [False, False, True, False, False]
@@ -125,7 +131,7 @@ def test_each_update_starts_from_cleared_gradients():
     ctx = WorkerContext(0, spec(lr=0.0), model, Control(1), [], Pipe())
     task, env = A3CTask(CARTPOLE, A3CConfig(rollout_steps=8)), CARTPOLE()
     obs, _ = env.reset(seed=0)
-    rollout, _ = task.collect(model, env, obs, Episodes())
+    rollout, _ = task.collect(model, env, obs, Episodes(), np.random.default_rng(0))
     grads = []
     for update in range(3):
         ctx.begin()
@@ -143,7 +149,7 @@ def test_gradients_are_clipped_to_max_grad_norm():
     ctx = WorkerContext(0, spec(lr=0.0), model, Control(1), [], Pipe())
     task, env = A3CTask(Countdown, A3CConfig(rollout_steps=6)), Countdown(reward=100.0)
     obs, _ = env.reset()
-    rollout, _ = task.collect(model, env, obs, Episodes())
+    rollout, _ = task.collect(model, env, obs, Episodes(), np.random.default_rng(0))
     ctx.begin()
     ctx.step(task.loss(model, rollout)[0], 6, 1, max_grad_norm=0.5)
     norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm()
@@ -271,6 +277,11 @@ def test_the_a3c_experiment_composes_an_env_run_without_data():
 def test_env_and_data_together_are_refused():
     with pytest.raises(ConfigError, match="env and data are both set"):
         run_config(["+env=cartpole"])
+
+
+def test_an_env_run_on_cuda_is_refused():
+    with pytest.raises(ConfigError, match="trainer.device='cuda'.*runs on the CPU"):
+        run_config(["+experiment=a3c_cartpole", "trainer.device=cuda"])
 
 
 def test_a3c_keys_are_checked():
