@@ -10,6 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import psutil
 import torch
 
 from support import (
@@ -18,6 +19,7 @@ from support import (
     cli_command,
     cli_env,
     read_summary,
+    tagged_processes,
     tensorboard_tags,
     wait_until,
 )
@@ -100,18 +102,8 @@ def test_an_env_that_raises_is_restarted_and_the_run_still_learns(tmp_path):
 def test_ctrl_c_checkpoints_and_a_resumed_run_continues_env_steps_and_optimizer_state(tmp_path):
     """An unreachable goal and a large budget: the run trains until Ctrl-C; its resume gets a
     budget 10,000 env steps past where it stopped."""
-    tag, run_dir, marker = uuid.uuid4().hex, tmp_path / "run", tmp_path / "progress"
     args = [*A3C, "env._target_=faults.faulty_env", "a3c.stop_at_return=100000", "resume_from=auto"]
-    proc = subprocess.Popen(
-        cli_command([*args, "a3c.max_env_steps=10000000"], run_dir),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(tag, HOGWILD_PROGRESS_FILE=str(marker)),
-        cwd=tmp_path,
-    )
-    started = wait_until(lambda: all(Path(f"{marker}.{r}").exists() for r in (0, 1)), 90)
-    assert started, proc.communicate(timeout=30)[1][-3000:]
+    proc, run_dir, tag = start_training(tmp_path, [*args, "a3c.max_env_steps=10000000"])
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
@@ -131,6 +123,37 @@ def test_ctrl_c_checkpoints_and_a_resumed_run_continues_env_steps_and_optimizer_
     assert second["env_steps"] == first["env_steps"] + second["total_samples"]
     assert second["optimizer_state_steps"] > first["optimizer_state_steps"]
     assert second["eval_return"] is not None  # the final evaluation of an unsolved run
+
+
+def start_training(tmp_path: Path, args):
+    """A run with an unreachable goal, returned once both workers have stepped their envs."""
+    tag, run_dir, marker = uuid.uuid4().hex, tmp_path / "run", tmp_path / "progress"
+    proc = subprocess.Popen(
+        cli_command(
+            [*args, "env._target_=faults.faulty_env", "a3c.stop_at_return=100000"], run_dir
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(tag, HOGWILD_PROGRESS_FILE=str(marker)),
+        cwd=tmp_path,
+    )
+    started = wait_until(lambda: all(Path(f"{marker}.{r}").exists() for r in (0, 1)), 90)
+    assert started, proc.communicate(timeout=30)[1][-3000:]
+    return proc, run_dir, tag
+
+
+def test_workers_playing_under_spawn_end_when_the_orchestrator_is_killed(tmp_path):
+    proc, _, tag = start_training(
+        tmp_path, ["+experiment=a3c_cartpole", "trainer.start_method=spawn"]
+    )
+    workers = [p for p in tagged_processes(tag) if p.pid != proc.pid]
+    assert workers
+    proc.kill()
+    proc.communicate(timeout=10)
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
+    assert_nothing_left(tag)
 
 
 def test_the_custom_env_example_solves_its_corridor_without_hydra(tmp_path):
