@@ -105,8 +105,7 @@ class A3CTask:
         n = self.cfg.rollout_steps
         r = Rollout(np.empty((n, *np.shape(obs)), np.float32), None, [], [], [], [])
         r.next_obs = np.empty_like(r.obs)
-        # the policy alone when the model offers it (ActorCritic): acting needs no value
-        policy = getattr(model, "policy_logits", None) or (lambda x: model(x)[0])
+        policy = envs.policy_of(model)
         with torch.no_grad():
             for t in range(n):
                 action = envs.sample(policy(envs.as_input(obs))[0], rng)

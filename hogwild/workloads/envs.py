@@ -77,6 +77,12 @@ def as_input(obs) -> torch.Tensor:
     return torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0)
 
 
+def policy_of(model: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The logits alone when the model offers them (`policy_logits`, as ActorCritic does):
+    acting needs no value, which is half the work of a forward pass."""
+    return getattr(model, "policy_logits", None) or (lambda x: model(x)[0])
+
+
 def sample(logits: torch.Tensor, rng: np.random.Generator) -> int:
     """An action drawn from softmax(logits): inverse CDF on the worker's own generator, about
     4x cheaper per environment step than torch.multinomial."""
@@ -115,7 +121,7 @@ def play_greedy(
 ) -> list[float]:
     """The returns of `episodes` episodes of the most likely action, from the same starting
     states every time (reset with seed + episode), so that evaluations compare."""
-    was_training = model.training
+    was_training, policy = model.training, policy_of(model)
     model.eval()
     returns = []
     try:
@@ -123,8 +129,8 @@ def play_greedy(
             obs, _ = env.reset(seed=seed + episode)
             total, done, steps = 0.0, False, 0
             while not done and steps < max_steps:  # a user's env without a time limit
-                logits, _ = model(as_input(obs))
-                obs, reward, terminated, truncated, _ = env.step(int(logits.argmax()))
+                action = int(policy(as_input(obs)).argmax())
+                obs, reward, terminated, truncated, _ = env.step(action)
                 total, done, steps = total + float(reward), terminated or truncated, steps + 1
             returns.append(total)
     finally:
