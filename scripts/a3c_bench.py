@@ -7,6 +7,7 @@ Every run is `python -m hogwild train +experiment=a3c_cartpole` as a user types 
     solve     3 seeds x 2 workers: wall clock of the whole run (process start to exit)
     solve-1w  3 seeds x 1 worker: time to solve, 2 workers vs 1 (median of the seeds)
     rate      a fixed budget of env steps, no evaluation, 2 workers vs 1: env steps per second
+              (interleaved, the best of two runs each)
     kill      2 workers, on_worker_failure=restart, one worker SIGKILLed after the first
               evaluation: the run goes on and still solves
 
@@ -163,8 +164,12 @@ def main(argv=None) -> int:
     def go(name, extra, **kw):
         return run(out, name, [*EXPERIMENT, *extra], args.timeout, **kw)
 
-    rate2 = go("rate-2w", RATE)
-    rate1 = go("rate-1w", [*RATE, "trainer.num_workers=1"])
+    # interleaved, best of two: another tenant's burst of work lowers one run, not the figure
+    runs: dict[int, list[dict]] = {2: [], 1: []}
+    for i in range(2):
+        for n in (2, 1):
+            runs[n].append(go(f"rate-{n}w-{i}", [*RATE, f"trainer.num_workers={n}"]))
+    rate2, rate1 = (max(runs[n], key=lambda r: r.get("env_steps_per_second") or 0) for n in (2, 1))
     two = [go(f"solve-2w-seed{s}", [f"trainer.seed={s}"]) for s in args.seeds]
     one = [
         go(f"solve-1w-seed{s}", [f"trainer.seed={s}", "trainer.num_workers=1"]) for s in args.seeds

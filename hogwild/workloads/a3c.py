@@ -91,9 +91,10 @@ class A3CTask:
             rollout, obs = self.collect(ctx.model, env, obs, episodes, rng)
             loss, parts = self.loss(ctx.model, rollout)
             n = len(rollout.rewards)
-            if ctx.step(loss, n, updates + 1, max_grad_norm=self.cfg.max_grad_norm):
-                updates, sums = updates + 1, sums + parts
-            if updates and updates % ctx.log_every == 0:
+            if not ctx.step(loss, n, updates + 1, max_grad_norm=self.cfg.max_grad_norm):
+                continue  # a non-finite rollout, skipped (trainer.skip_nonfinite=true)
+            updates, sums = updates + 1, sums + parts
+            if updates % ctx.log_every == 0:
                 means = dict(zip(("policy_loss", "value_loss", "entropy"), sums / ctx.log_every))
                 ctx.scalars({**means, **episodes.drain()})
                 sums = np.zeros(3)
