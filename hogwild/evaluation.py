@@ -115,13 +115,15 @@ class PolicyEvaluator:
         self.best: float | None = None
         self.evaluations = 0
         self.solved_after: float | None = None  # seconds from the start of the run
+        self.units = 0  # env steps when the latest evaluation was due
+        self.solved_at_units: int | None = None
 
     def due(self, epochs_complete: int, units: int) -> str | None:
         if self.next_at is None:
             self.next_at = units + self.every
         if units < self.next_at:
             return None
-        self.next_at = units + self.every
+        self.next_at, self.units = units + self.every, units
         return f"{units:,} env steps"
 
     def evaluate(self, model: torch.nn.Module, label: str) -> dict[str, float]:
@@ -134,6 +136,7 @@ class PolicyEvaluator:
         self.best = mean if self.best is None else max(self.best, mean)
         if self.solved_after is None and self.stop_at is not None and mean >= self.stop_at:
             self.solved_after = time.time() - self.started_at
+            self.solved_at_units = self.units
         solved = f" >= {self.stop_at:g}: solved" if self.solved_after is not None else ""
         log.info(
             "%s: greedy return %.1f (min %.1f) over %d episodes%s",
@@ -156,6 +159,7 @@ class PolicyEvaluator:
             "stop_at_return": self.stop_at,
             "solved": self.solved_after is not None,
             "seconds_to_solve": None if self.solved_after is None else round(self.solved_after, 2),
+            "env_steps_to_solve": self.solved_at_units,
         }
 
     def goal(self) -> str | None:

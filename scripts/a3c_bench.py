@@ -125,6 +125,8 @@ def targets(two: list[dict], one: list[dict], rate2: dict, rate1: dict, kill: di
     t2 = median([r["seconds_to_solve"] for r in two if r.get("solved")])
     t1 = median([r["seconds_to_solve"] for r in one if r.get("solved")])
     faster = t1 / t2 if t1 and t2 and len(two) == len(one) else None
+    s2 = median([r["env_steps_to_solve"] for r in two if r.get("solved")])
+    s1 = median([r["env_steps_to_solve"] for r in one if r.get("solved")])
     walls = ", ".join(fmt(r.get("wall_seconds") if r.get("solved") else None, ".0f") for r in two)
     return [
         (
@@ -144,6 +146,12 @@ def targets(two: list[dict], one: list[dict], rate2: dict, rate1: dict, kill: di
             ">= 1.5x",
             f"{fmt(t1, '.1f')} s / {fmt(t2, '.1f')} s = {fmt(faster, '.2f')}x",
             faster is not None and faster >= 1.5,
+        ),
+        (
+            "env steps to solve, 1 worker / 2 workers (median; no target)",
+            "(sample efficiency)",
+            f"{fmt(s1, ',.0f')} / {fmt(s2, ',.0f')}",
+            True,
         ),
         (
             "a worker SIGKILLed, on_worker_failure=restart",

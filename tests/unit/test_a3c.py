@@ -233,10 +233,13 @@ def test_the_evaluator_is_due_every_m_env_steps_and_a_resumed_run_counts_from_it
 def test_an_evaluation_that_reaches_stop_at_return_solves_the_task():
     ev = PolicyEvaluator(Countdown, 0, every=10, episodes=3, stop_at=3.0, started_at=0.0)
     assert ev.goal() is None and ev.needs_final(True, True)
+    ev.due(0, 0)
+    assert ev.due(0, 12) == "12 env steps"
     assert ev.evaluate(Constant(), "x") == {"eval/return": 3.0, "eval/return_min": 3.0}
     assert ev.goal() == "solved: greedy return 3.0 >= 3"
     r = ev.results()
     assert r["solved"] is True and r["eval_return"] == 3.0 and r["seconds_to_solve"] > 0
+    assert r["env_steps_to_solve"] == 12
     assert not ev.needs_final(True, True)  # the solving evaluation is the record
 
 
