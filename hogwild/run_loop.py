@@ -123,6 +123,8 @@ class RunLoop:
             self._node(
                 lambda: self.sinks.scalars(self.node.tick(st.running), self.window.samples_seen)
             )
+            if st.running and self.node.goal_reached:  # torchrun: rank 0's evaluation solved
+                self.apply(Finished("another node reached the run's goal"))
             label = self.evaluator.due(st.epochs_complete, self.window.samples_seen)
             if label and st.running:
                 self.flush()
@@ -130,11 +132,12 @@ class RunLoop:
                     self.evaluator.evaluate(self.t.model, label), self.window.samples_seen
                 )
                 if reason := self.evaluator.goal():  # e.g. a policy that solved its task
+                    self.node.reach_goal()  # torchrun: the next rounds stop every node
                     self.apply(Finished(reason))
         self.flush()
-        if (
-            st.running
-        ):  # keep joining rounds until every node is done; the last one leaves all alike
+        # keep joining rounds until every node is done (the last one leaves all alike); a run
+        # that reached its goal too, so that its rounds carry the news to the other nodes
+        if st.running or st.finished_reason:
             self._node(self.node.finish)
         st.all_exited()
 

@@ -18,6 +18,7 @@ from support import (
     assert_nothing_left,
     cli_command,
     cli_env,
+    free_port,
     read_summary,
     tagged_processes,
     tensorboard_tags,
@@ -154,6 +155,28 @@ def test_workers_playing_under_spawn_end_when_the_orchestrator_is_killed(tmp_pat
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive, [p.cmdline() for p in alive]
     assert_nothing_left(tag)
+
+
+def test_a_goal_reached_on_rank_0_stops_every_torchrun_node(tmp_path):
+    """Two loopback nodes average their models; rank 0's evaluation solves, its next rounds
+    tell node 1, and both complete (instead of node 1 waiting for a round that never comes)."""
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+        f"--master_port={free_port()}", "-m", "hogwild", "train", "distributed=torchrun",
+        f"hydra.run.dir={run_dir}", "trainer.num_workers=1", *A3C, *LEARNS,
+        "distributed.timeout_seconds=30",
+    ]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=150, env=cli_env(), cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "another node reached the run's goal; stopping the workers" in result.stderr
+    assert "node 1: completed" in result.stdout
+    s = read_summary(run_dir)
+    assert (
+        s["status"] == "completed" and s["solved"] is True and s["distributed"]["world_size"] == 2
+    )
 
 
 def test_the_custom_env_example_solves_its_corridor_without_hydra(tmp_path):
