@@ -8,8 +8,8 @@ Every run is `python -m hogwild train +experiment=a3c_cartpole` as a user types 
     solve-1w  3 seeds x 1 worker: time to solve, 2 workers vs 1 (median of the seeds)
     rate      a fixed budget of env steps, no evaluation, 2 workers vs 1: env steps per second
               (interleaved, the best of two runs each)
-    kill      2 workers, on_worker_failure=restart, one worker SIGKILLed after the first
-              evaluation: the run goes on and still solves
+    kill      2 workers, on_worker_failure=restart, one worker SIGKILLed once both have trained
+              for a second of CPU time: the run goes on and still solves
 
     python scripts/a3c_bench.py                 # ~5-10 min on 2 cores
     python scripts/a3c_bench.py --seeds 0       # one seed of each
@@ -65,7 +65,7 @@ def workers_of(orchestrator: psutil.Process) -> list[psutil.Process]:
     return found
 
 
-def run(out: Path, name: str, args: list[str], timeout: float, kill_after_eval=False) -> dict:
+def run(out: Path, name: str, args: list[str], timeout: float, kill_mid_run=False) -> dict:
     """One CLI run; its summary.json plus what happened to it."""
     run_dir = out / name
     cmd = [sys.executable, "-m", "hogwild", "train", f"hydra.run.dir={run_dir}", *args]
@@ -73,8 +73,8 @@ def run(out: Path, name: str, args: list[str], timeout: float, kill_after_eval=F
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     killed = None
-    if kill_after_eval:
-        killed = kill_a_worker(proc, run_dir / "train.log", timeout)
+    if kill_mid_run:
+        killed = kill_a_worker(proc, timeout)
     try:
         _, stderr = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - t0)))
     except subprocess.TimeoutExpired:
@@ -94,17 +94,21 @@ def run(out: Path, name: str, args: list[str], timeout: float, kill_after_eval=F
     return {**summary, "seconds": seconds, "killed": killed, "exit": proc.returncode}
 
 
-def kill_a_worker(proc: subprocess.Popen, log: Path, timeout: float) -> int | None:
-    """SIGKILL one worker once the first evaluation is logged (the run is really training)."""
+def kill_a_worker(proc: subprocess.Popen, timeout: float, cpu_seconds: float = 1.0) -> int | None:
+    """SIGKILL one worker once every worker has trained for `cpu_seconds` of CPU time (a few
+    thousand env steps each: mid-run, before the first evaluation can solve the task)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        if log.exists() and "greedy return" in log.read_text():
+        try:
             workers = workers_of(psutil.Process(proc.pid))
-            if workers:
-                victim = max(workers, key=lambda p: p.pid)
-                victim.send_signal(signal.SIGKILL)
-                return victim.pid
-        time.sleep(0.2)
+            busy = len(workers) == 2 and all(p.cpu_times().user >= cpu_seconds for p in workers)
+        except psutil.Error:
+            busy = False
+        if busy:
+            victim = max(workers, key=lambda p: p.pid)
+            victim.send_signal(signal.SIGKILL)
+            return victim.pid
+        time.sleep(0.05)
     return None
 
 
@@ -182,7 +186,7 @@ def main(argv=None) -> int:
     one = [
         go(f"solve-1w-seed{s}", [f"trainer.seed={s}", "trainer.num_workers=1"]) for s in args.seeds
     ]
-    kill = go("kill-restart", ["trainer.on_worker_failure=restart"], kill_after_eval=True)
+    kill = go("kill-restart", ["trainer.on_worker_failure=restart"], kill_mid_run=True)
     rows = targets(two, one, rate2, rate1, kill)
     cells = [["figure", "target", "measured", "met"]]
     cells += [[a, b, c, "yes" if ok else "NO"] for a, b, c, ok in rows]
