@@ -7,7 +7,7 @@ Python API (no Hydra needed)::
             TrainerConfig(num_workers=2), batch_size=64, output_dir="runs/mine").fit()
 """
 
-from hogwild.config import CheckpointConfig, ScheduleConfig, TrainerConfig
+from hogwild.config import A3CConfig, CheckpointConfig, ScheduleConfig, TrainerConfig
 from hogwild.errors import ConfigError, DataError, HogwildError, WorkerFailure
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "TrainerConfig",
     "CheckpointConfig",
     "ScheduleConfig",
+    "A3CConfig",
     "HogwildError",
     "ConfigError",
     "DataError",

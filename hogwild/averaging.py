@@ -3,9 +3,10 @@
 Every `distributed.sync_every_n_steps` local optimizer steps (and/or `sync_every_seconds`) each
 node's orchestrator contributes its shared parameters to one all-reduce, divides by the node
 count and writes the average back into the shared model while its workers keep training (local
-SGD). Two flags ride along in the same all-reduce: "this node has finished" (when every node
-has, the round is the last) and "rank 0 wants a checkpoint" (then every node also sends its
-progress table, so the checkpoint holds all nodes' rows, rank-major).
+SGD). Three flags ride along in the same all-reduce: "this node has finished" (when every node
+has, the round is the last), "rank 0 wants a checkpoint" (then every node also sends its
+progress table, so the checkpoint holds all nodes' rows, rank-major) and "the run's goal is
+reached" (rank 0's evaluation solved the task: every node stops its workers).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Averaging:
         self.rounds, self.seconds, self.bytes = 0, 0.0, 0
         self.final_table: torch.Tensor | None = None  # every node's progress, from the last round
         self._save: Callable[[torch.Tensor | None], None] | None = None  # a checkpoint asked for
+        self.goal = False  # this node reached the run's goal; sent with every round from now
+        self.goal_reached = False  # some node did (learnt from a round)
 
     def tick(self) -> dict[str, float]:
         if not self.every.due(self._local_steps()):
@@ -52,7 +55,9 @@ class Averaging:
     def _round(self, finished: bool) -> bool:
         """Average the parameters over the nodes; True when every node has finished."""
         t, steps = time.monotonic(), self._local_steps()
-        flags = torch.tensor([float(finished), float(self._save is not None)], device=self.device)
+        flags = torch.tensor(
+            [float(finished), float(self._save is not None), float(self.goal)], device=self.device
+        )
         flat = torch.cat(
             [p.detach().reshape(-1).to(self.device, torch.float32) for p in self.params] + [flags]
         )
@@ -64,8 +69,9 @@ class Averaging:
                 n = p.numel()
                 p.copy_(flat[offset : offset + n].view_as(p))
                 offset += n
-        done = round(float(flat[-2]) * self.world) == self.world
-        table = self._gather_progress() if done or float(flat[-1]) > 0 else None
+        done = round(float(flat[-3]) * self.world) == self.world
+        self.goal_reached = self.goal_reached or float(flat[-1]) > 0
+        table = self._gather_progress() if done or float(flat[-2]) > 0 else None
         self.rounds += 1
         self.seconds += time.monotonic() - t
         self.bytes += flat.numel() * flat.element_size() + (

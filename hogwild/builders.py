@@ -57,3 +57,16 @@ def build_optimizer_factory(values: Mapping[str, Any]) -> functools.partial:
             f"optimizer._partial_={values.get('_partial_')!r} is not valid: expected true"
         )
     return _instantiate("optimizer", values)
+
+
+def build_workload(run, node, started_at: float | None = None):
+    """The run's workload and its model: a data set (supervised, sharded between torchrun
+    nodes) or, when the config has an `env` group, A3C on that environment."""
+    if run.env is None:
+        data = node.shard(build_data(run.data))
+        return data, build_model(run.model, data.input_shape, data.num_classes, data.model_kwargs)
+    from hogwild.workloads.a3c import A3CWorkload
+
+    factory = _instantiate("env", run.env)
+    workload = A3CWorkload(factory, run.a3c, run.trainer.seed, started_at)
+    return workload, build_model(run.model, workload.input_shape, workload.num_actions)

@@ -69,7 +69,22 @@ class Number:
     def allowed(self) -> str:
         upper = f" and < {self.below}" if self.below is not None else ""
         upper += f" and <= {self.maximum}" if self.maximum is not None else ""
-        return f"a finite number >= {self.minimum}{upper}"
+        lower = f" >= {self.minimum}" if self.minimum > -math.inf else ""
+        return f"a finite number{lower}{upper}"
+
+
+@dataclasses.dataclass(frozen=True)
+class OrNull:
+    """`null` (what it means, e.g. "the environment's reward threshold") or what `check` allows."""
+
+    check: Any
+    means: str
+
+    def __call__(self, key: str, value: Any) -> Any:
+        return None if value is None else self.check(key, value)
+
+    def allowed(self) -> str:
+        return f"{self.check.allowed()} or null ({self.means})"
 
 
 @dataclasses.dataclass(frozen=True)

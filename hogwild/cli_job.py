@@ -131,8 +131,7 @@ def _fit(run, raw: dict, started_at: float | None, node):
     from hogwild.trainer import Trainer
 
     prestart(run.trainer.start_method)  # the fork server boots while the data loads (seconds)
-    data = node.shard(builders.build_data(run.data))
-    model = builders.build_model(run.model, data.input_shape, data.num_classes, data.model_kwargs)
+    data, model = builders.build_workload(run, node, started_at)  # a data set, or an env (A3C)
     trainer = Trainer(
         model=model,
         data=data,

@@ -14,12 +14,13 @@ what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from hogwild.checks import Bool, Choice, Device, Int, Number, check_fields, refuse
+from hogwild.checks import Bool, Choice, Device, Int, Number, OrNull, check_fields, refuse
 from hogwild.errors import ConfigError
 
 START_METHODS = ("fork", "spawn", "forkserver")
@@ -172,11 +173,50 @@ class DistributedConfig:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class A3CConfig:
+    """The `a3c` group: advantage actor-critic on the `env` group's environment (docs/a3c.md).
+    The defaults solve CartPole-v1."""
+
+    rollout_steps: int = option(
+        20, "n of the n-step returns: environment steps per update, per worker", Int(1)
+    )
+    gamma: float = option(0.99, "discount factor", Number(0.0, maximum=1.0))
+    gae_lambda: float = option(
+        1.0,
+        "1.0: A3C's n-step returns; below 1: generalized advantage estimation, GAE(lambda)",
+        Number(0.0, maximum=1.0),
+    )
+    entropy_coef: float = option(0.01, "weight of the policy's entropy bonus", Number(0.0))
+    value_coef: float = option(0.5, "weight of the value loss", Number(0.0))
+    max_grad_norm: float = option(
+        40.0, "clip each update's gradient norm to this (0 = off)", Number(0.0)
+    )
+    max_env_steps: int = option(
+        2_000_000,
+        "the budget: environment steps of all workers together; the run ends there if unsolved",
+        Int(1),
+    )
+    eval_every_env_steps: int = option(
+        20_000,
+        "evaluate the greedy policy of the shared model every N environment steps (all "
+        "workers together), while the workers go on",
+        Int(1),
+    )
+    eval_episodes: int = option(10, "episodes per evaluation (K)", Int(1))
+    stop_at_return: float | None = option(
+        None,
+        "end the run as solved when an evaluation's mean return reaches this",
+        OrNull(Number(-math.inf), "the environment's reward_threshold: 475 for CartPole-v1"),
+    )
+
+
 GROUPS = {
     "trainer": TrainerConfig,
     "checkpoint": CheckpointConfig,
     "schedule": ScheduleConfig,
     "distributed": DistributedConfig,
+    "a3c": A3CConfig,
 }
 
 

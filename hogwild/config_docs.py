@@ -90,7 +90,7 @@ def render(configs: Path | None = None) -> str:
     parts += [typed_group(group, cls) for group, cls in GROUPS.items()]
     parts += [
         yaml_group(configs / name)
-        for name in ("data", "model", "optimizer", "experiment")
+        for name in ("data", "env", "model", "optimizer", "experiment")
         if (configs / name).is_dir()
     ]
     return "\n".join(parts).rstrip() + "\n"

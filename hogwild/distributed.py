@@ -176,6 +176,15 @@ class NodeSync:
         """A round when one is due; the dashboard figures of that round."""
         return self.averaging.tick() if running else {}
 
+    def reach_goal(self) -> None:
+        """This node's evaluation reached the run's goal: the next rounds tell every node."""
+        self.averaging.goal = True
+
+    @property
+    def goal_reached(self) -> bool:
+        """A round said that some node reached the run's goal: stop this node's workers too."""
+        return self.averaging.goal_reached
+
     def checkpoint(self, save: Callable[[torch.Tensor | None], None]) -> None:
         """Taken at the next round, where the nodes' models are one (rank 0 asks, every node
         sends its progress rows)."""

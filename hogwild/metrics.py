@@ -70,14 +70,14 @@ class ProgressBar(NullSink):
     Its samples/s is the average since training began (not a moving window, and not counting
     the start-up), which is what the report at the end calls samples/s."""
 
-    def __init__(self, total_samples: int, initial: int = 0):
+    def __init__(self, total_samples: int, initial: int = 0, unit: str = "samples"):
         from tqdm import tqdm
 
         force = os.environ.get("HOGWILD_PROGRESS")
         self.bar = tqdm(
             total=total_samples,
             initial=initial,
-            unit="samples",
+            unit=" " + unit if " " in unit else unit,  # "env steps": "1.2k env steps/s"
             unit_scale=True,
             dynamic_ncols=True,
             disable=None if force is None else force == "0",
@@ -105,8 +105,9 @@ class ProgressWindow:
     so its own cost stays flat however chatty the workers are.
     """
 
-    def __init__(self, interval: float = 0.5, samples_seen: int = 0):
+    def __init__(self, interval: float = 0.5, samples_seen: int = 0, unit: str = "samples"):
         self.interval = interval
+        self.rate_tag = f"perf/{unit.replace(' ', '_')}_per_second"  # what the workload counts
         self.last_loss: dict[int, float] = {}  # latest mean loss per rank (for final_train_loss)
         self.samples_seen = (
             samples_seen  # all workers together, a resumed run's earlier ones included
@@ -142,7 +143,7 @@ class ProgressWindow:
         total_steps = sum(self.steps.values())
         if total_steps:
             values = {"train/loss": sum(self.loss_sum.values()) / total_steps}
-            values["perf/samples_per_second"] = sum(self.samples.values()) / elapsed
+            values[self.rate_tag] = sum(self.samples.values()) / elapsed
             values["train/lr"] = sum(self.lr.values()) / len(self.lr)
             for rank in sorted(self.steps):
                 values[f"workers/loss/rank_{rank:02d}"] = self.loss_sum[rank] / self.steps[rank]

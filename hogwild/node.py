@@ -8,6 +8,7 @@ with the same methods, collectives behind them:
     rows(table)           this node's rows of an all-node progress table
     attach / broadcast    what the rounds average; every node starts from rank 0's weights
     tick(running)         a model-averaging round when one is due (its dashboard figures)
+    reach_goal()          this node solved the run's task; `goal_reached`: some node did
     checkpoint(save)      save now (one node) or at the next round, where the models are one
     finish()              keep joining rounds until every node is done
     final_checkpoint      the last checkpoint, with every node's progress
@@ -28,6 +29,7 @@ class LocalNode:
     rank, world, is_writer = 0, 1, True
     weights_change_at_end = False  # no averaging after the last epoch
     final_table: torch.Tensor | None = None
+    goal_reached = False  # no other node can reach the run's goal
 
     def shard(self, data):
         return data
@@ -47,6 +49,8 @@ class LocalNode:
 
     def tick(self, running: bool) -> dict[str, float]:
         return {}
+
+    def reach_goal(self) -> None: ...
 
     def checkpoint(self, save: Callable[[torch.Tensor | None], None]) -> None:
         save(None)  # now, from the live progress table

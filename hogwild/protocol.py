@@ -9,7 +9,7 @@ Data flow of a run::
     reads Control.progress (checkpoints)   <─ shm ─     writes its row of Control.progress
                                                         after every optimizer step
     sets Control.stop                      ─ shm ─>     reads Control.stop before every step
-    drains one Pipe per worker             <─ pipe ─    Hello, Progress, EpochEnd, Log,
+    drains one Pipe per worker             <─ pipe ─    Hello, Progress, EpochEnd, Scalars, Log,
     + waits on the process sentinels                    then Done  (or Failure, then exit 1)
 
 Messages are small NamedTuples of Python scalars and strings: a tensor put on a pipe would be
@@ -125,6 +125,14 @@ class Log(NamedTuple):
     rank: int
     level: int
     message: str
+
+
+class Scalars(NamedTuple):
+    """A workload's own figures since its last report, for the dashboards (A3C: episode
+    return and length, entropy, policy and value loss): `train/<key>` and `workers/<key>/rank_NN`."""
+
+    rank: int
+    values: dict[str, float]
 
 
 class Done(NamedTuple):

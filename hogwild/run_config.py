@@ -12,6 +12,7 @@ from typing import Any
 
 from hogwild.checks import Bool, Int, check_fields, refuse, unknown_key
 from hogwild.config import (
+    A3CConfig,
     CheckpointConfig,
     DistributedConfig,
     ScheduleConfig,
@@ -34,6 +35,8 @@ class RunConfig:
     shared_optimizer: bool = False  # optimizer.shared: one optimizer state for all workers
     schedule: ScheduleConfig = ScheduleConfig()
     distributed: DistributedConfig = DistributedConfig()
+    env: dict[str, Any] | None = None  # `_target_` + kwargs of an environment factory: A3C
+    a3c: A3CConfig = A3CConfig()
     raw: dict[str, Any] = dataclasses.field(
         default_factory=dict
     )  # the composed config, for records
@@ -67,14 +70,15 @@ def _finite_numbers(section: str, values: Mapping[str, Any]) -> None:
 
 def build_run_config(raw: Mapping[str, Any], output_dir: str) -> RunConfig:
     """Validate a composed, resolved config (a plain dict) into a RunConfig."""
-    for section in ("trainer", "data", "model", "optimizer"):
+    env = _env_section(raw)
+    for section in ("trainer", "model", "optimizer") + (() if env else ("data",)):
         if not isinstance(raw.get(section), Mapping):
             raise ConfigError(
                 f"{section} is missing from the config; pick one with {section}=<name>"
             )
     trainer = resolve_trainer(raw["trainer"])
-    data = _target_section("data", raw["data"])
-    batch_size = Int(1)("data.batch_size", data.pop("batch_size", None))
+    data = {} if env else _target_section("data", raw["data"])
+    batch_size = Int(1)("data.batch_size", data.pop("batch_size", None)) if data else 1
     optimizer = _target_section("optimizer", raw["optimizer"])
     shared_optimizer = Bool()("optimizer.shared", optimizer.pop("shared", False))
     _finite_numbers("optimizer", optimizer)
@@ -94,6 +98,8 @@ def build_run_config(raw: Mapping[str, Any], output_dir: str) -> RunConfig:
         "schedule",
         "distributed",
         "resume_from",
+        "env",
+        "a3c",
     ]
     for key, value in raw.items():
         if key not in known and not key.startswith("hydra"):
@@ -112,5 +118,26 @@ def build_run_config(raw: Mapping[str, Any], output_dir: str) -> RunConfig:
         distributed=check_distributed(
             build_section(DistributedConfig, "distributed", raw.get("distributed"))
         ),
+        env=env,
+        a3c=build_section(A3CConfig, "a3c", raw.get("a3c")),
         raw=dict(raw),
     )
+
+
+def _env_section(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An `env` group makes the run reinforcement learning (A3C), which trains on no data set."""
+    if raw.get("env") is None:
+        return None
+    if raw.get("data") is not None:
+        raise ConfigError(
+            "env and data are both set: an env run (A3C) trains on no data set; "
+            "use +experiment=a3c_cartpole, or add data=null"
+        )
+    device = (raw.get("trainer") or {}).get("device", "cpu")
+    if device != "cpu":
+        raise refuse(
+            "trainer.device",
+            device,
+            "an env run (A3C) runs on the CPU: its environments step there and its models are tiny",
+        )
+    return _target_section("env", raw["env"])

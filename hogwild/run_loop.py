@@ -23,9 +23,10 @@ from hogwild.checkpoint import Checkpointer
 from hogwild.dashboards import TensorBoardSink
 from hogwild.errors import NodeSyncError
 from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks
-from hogwild.protocol import Control, Log, Progress
+from hogwild.protocol import Control, Log, Progress, Scalars
 from hogwild.run_state import (
     Failed,
+    Finished,
     Restart,
     RunFailed,
     RunState,
@@ -61,7 +62,7 @@ class RunLoop:
             cfg.grace_seconds,
             cfg.stall_seconds,
         )
-        self.window = ProgressWindow(samples_seen=self.initial)
+        self.window = ProgressWindow(samples_seen=self.initial, unit=workload.unit)
         self.evaluator = (
             workload.evaluator(plan.device, plan.layout, cfg.eval_batch_size)
             if writer
@@ -84,7 +85,7 @@ class RunLoop:
             os.makedirs(trainer.output_dir, exist_ok=True)
             self.sinks = Sinks(
                 TensorBoardSink(os.path.join(trainer.output_dir, "tensorboard")),
-                ProgressBar(workload.total_units, self.initial),
+                ProgressBar(workload.total_units, self.initial, unit=workload.unit),
             )
             self.sinks.hparams(summary.hparams(trainer))  # a row in the HParams tab from the start
         else:
@@ -103,6 +104,8 @@ class RunLoop:
                         event.lr,
                         event.skipped,
                     )
+                elif isinstance(event, Scalars):
+                    self.sinks.scalars(workload_scalars(event), self.window.samples_seen)
                 elif isinstance(event, Log):
                     log.log(event.level, "[worker %d] %s", event.rank, event.message)
                 self.apply(event)
@@ -122,16 +125,21 @@ class RunLoop:
             self._node(
                 lambda: self.sinks.scalars(self.node.tick(st.running), self.window.samples_seen)
             )
+            if st.running and self.node.goal_reached:  # torchrun: rank 0's evaluation solved
+                self.apply(Finished("another node reached the run's goal"))
             label = self.evaluator.due(st.epochs_complete, self.window.samples_seen)
             if label and st.running:
                 self.flush()
                 self.sinks.scalars(
                     self.evaluator.evaluate(self.t.model, label), self.window.samples_seen
                 )
+                if reason := self.evaluator.goal():  # e.g. a policy that solved its task
+                    self.node.reach_goal()  # torchrun: the next rounds stop every node
+                    self.apply(Finished(reason))
         self.flush()
-        if (
-            st.running
-        ):  # keep joining rounds until every node is done; the last one leaves all alike
+        # keep joining rounds until every node is done (the last one leaves all alike); a run
+        # that reached its goal too, so that its rounds carry the news to the other nodes
+        if st.running or st.finished_reason:
             self._node(self.node.finish)
         st.all_exited()
 
@@ -168,7 +176,9 @@ class RunLoop:
                 )
             elif isinstance(action, StopWorkers):
                 self.control.stop[0] = 1
-                if self.state.status == "interrupted":
+                if self.state.finished_reason:
+                    log.info("%s; stopping the workers", action.reason)
+                elif self.state.status == "interrupted":
                     log.warning(
                         "%s received: stopping the workers at their next step (again to force)",
                         action.reason,
@@ -204,6 +214,17 @@ class NoEvaluation:
 
     def results(self) -> dict[str, Any]:
         return {}
+
+    def goal(self) -> None:
+        return None
+
+
+def workload_scalars(event: Scalars) -> dict[str, float]:
+    """A worker's own figures: the run's chart (`train/<key>`, every worker's reports on one
+    line) and the worker's (`workers/<key>/rank_NN`)."""
+    out = {f"train/{k}": v for k, v in event.values.items()}
+    out.update({f"workers/{k}/rank_{event.rank:02d}": v for k, v in event.values.items()})
+    return out
 
 
 def finish(loop: RunLoop) -> summary.Summary:

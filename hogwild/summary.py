@@ -81,13 +81,7 @@ class Summary:
         rel = output_dir if rel.startswith("..") else rel
         checkpoint = os.path.join(output_dir, "checkpoints", "last.pt")
         rows = [
-            ("test RMSE", fmt(s.get("test_rmse"), ".4f"))
-            if s.get("task") == "regression"
-            else (
-                "test accuracy",
-                fmt(s.get("test_accuracy") and 100 * s["test_accuracy"], ".2f", "%"),
-            ),
-            ("test loss", fmt(s.get("test_loss"), ".4f")),
+            *_result_rows(s),
             (
                 "samples/s",
                 f"{'node 0: ' if self.distributed else ''}{fmt(self.samples_per_second, ',.0f')} "
@@ -121,6 +115,29 @@ class Summary:
             ("dashboards", f"tensorboard --logdir {rel}"),
         ]
         return failure, [f"run {self.status}"] + [f"  {key:<14} {value}" for key, value in rows]
+
+
+def _result_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the run achieved: the test scores, or for A3C the greedy return and whether (and
+    when) it solved its task."""
+    if "solved" in s:
+        at = s.get("stop_at_return")
+        solved = (
+            f"yes, {s['seconds_to_solve']:.1f} s after the start (return >= {at:g})"
+            if s["solved"]
+            else "no" + ("" if at is None else f" (return {at:g} not reached)")
+        )
+        return [
+            ("eval return", f"{fmt(s.get('eval_return'), '.1f')} (greedy, last evaluation)"),
+            ("solved", solved),
+            ("env steps", f"{s['env_steps']:,} ({fmt(s['env_steps_per_second'], ',.0f')}/s)"),
+        ]
+    if s.get("task") == "regression":
+        score = ("test RMSE", fmt(s.get("test_rmse"), ".4f"))
+    else:
+        accuracy = s.get("test_accuracy") and 100 * s["test_accuracy"]
+        score = ("test accuracy", fmt(accuracy, ".2f", "%"))
+    return [score, ("test loss", fmt(s.get("test_loss"), ".4f"))]
 
 
 def collect(loop) -> Summary:
@@ -162,9 +179,22 @@ def collect(loop) -> Summary:
         optimizer_shared=trainer.shared_optimizer,
         schedule=dataclasses.asdict(trainer.schedule),
         optimizer_state_steps=optim_state.steps(loop.optimizer_state),
-        workload={**trainer.workload.facts(), **loop.evaluator.results()},
+        workload={
+            **trainer.workload.facts(),
+            **loop.evaluator.results(),
+            **_units(trainer.workload.unit, initial + total_samples, train_seconds, total_samples),
+        },
         error=state.error,
     )
+
+
+def _units(unit: str, seen: int, seconds: float | None, trained: int) -> dict[str, Any]:
+    """A workload that counts something else than samples (A3C: env steps) gets its own
+    names for the counts: `env_steps` (in all, resumed runs included) and its rate."""
+    if unit == "samples":
+        return {}
+    key = unit.replace(" ", "_")
+    return {key: seen, f"{key}_per_second": round(trained / seconds, 1) if seconds else None}
 
 
 def hparams(trainer) -> dict[str, Any]:
@@ -199,7 +229,8 @@ def hparams(trainer) -> dict[str, Any]:
 
 def hparam_metrics(s: Summary) -> dict[str, Any]:
     d = s.to_dict()
-    return {k: d.get(k) for k in ("test_accuracy", "test_rmse", "test_loss", "samples_per_second")}
+    keys = ("test_accuracy", "test_rmse", "test_loss", "samples_per_second", "eval_return")
+    return {k: d.get(k) for k in keys}
 
 
 def fmt(value: Any, spec: str, suffix: str = "") -> str:

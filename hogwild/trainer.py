@@ -57,7 +57,8 @@ class Trainer:
         loss_fn: Callable[..., torch.Tensor]
         | None = None,  # default: cross_entropy, or mse_loss for regression
         started_at: float | None = None,  # time.time() the process started (for wall_seconds)
-        shared_optimizer: bool = False,  # one optimizer state for all workers (hogwild.optim_state)
+        shared_optimizer: bool
+        | None = None,  # one optimizer state for all workers (hogwild.optim_state); None: the workload's default
         schedule: ScheduleConfig = ScheduleConfig(),  # learning-rate rules (hogwild.schedule)
         node=None,  # hogwild.distributed.NodeSync under torchrun; LocalNode (does nothing) otherwise
         overwrite: bool = False,  # start over in an output_dir that holds a finished run
@@ -73,6 +74,8 @@ class Trainer:
         self.output_dir, self.resume_from = os.path.abspath(output_dir), resume_from
         self.overwrite = overwrite
         self.record, self.started_at = dict(record or {}), started_at or time.time()
+        if shared_optimizer is None:  # A3C shares its optimizer state by default
+            shared_optimizer = getattr(self.workload, "shared_optimizer", False)
         self.shared_optimizer, self.schedule, self.node = (
             shared_optimizer,
             schedule,

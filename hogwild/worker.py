@@ -22,7 +22,16 @@ import torch
 
 from hogwild import optim_state, staleness, tenancy
 from hogwild.lifetime import ignore_terminal_signals
-from hogwild.protocol import Control, Done, EpochEnd, Failure, Hello, Progress, WorkerSpec
+from hogwild.protocol import (
+    Control,
+    Done,
+    EpochEnd,
+    Failure,
+    Hello,
+    Progress,
+    Scalars,
+    WorkerSpec,
+)
 from hogwild.schedule import Scheduler
 
 log = logging.getLogger("hogwild")
@@ -215,9 +224,10 @@ class WorkerContext:
         self.optimizer.zero_grad(set_to_none=True)
         self._read_at = int(self._all_steps.sum())
 
-    def step(self, loss: torch.Tensor, units: int, batch: int) -> bool:
+    def step(self, loss: torch.Tensor, units: int, batch: int, max_grad_norm: float = 0.0) -> bool:
         """Backward and update the shared weights; `batch` is where this rank stands in its
-        epoch once this step is done. False when a non-finite batch was skipped."""
+        epoch once this step is done; `max_grad_norm` > 0 clips the gradient's norm before the
+        update. False when a non-finite batch was skipped."""
         value = loss.item() if self.check_each_step else loss.detach()
         problem = "loss" if self.check_each_step and not math.isfinite(value) else None
         if problem is None:
@@ -235,6 +245,8 @@ class WorkerContext:
         )  # others' updates since
         if self.scheduler.active:
             self.scheduler.update(self.global_units())
+        if max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(self.params, max_grad_norm)
         self.optimizer.step()
         self.report.step(value, units)
         row = self._row
@@ -244,6 +256,10 @@ class WorkerContext:
         if self.report.steps == self.log_every:
             self.report.flush()
         return True
+
+    def scalars(self, values: dict[str, float]) -> None:
+        """The workload's own figures (Python floats) for the dashboards (protocol.Scalars)."""
+        self.conn.send(Scalars(self.rank, values))
 
     def end_epoch(self, epoch: int) -> None:
         self._row[Control.EPOCH], self._row[Control.BATCH] = epoch + 1, 0

@@ -102,3 +102,30 @@ class LoggingMLP(MLP):
                 "hello from a worker, threads=%d", torch.get_num_threads()
             )
         return super().forward(x)
+
+
+def faulty_env(
+    id: str = "CartPole-v1", fault: str = "none", at_step: int = 300, rank: int = 1, **kwargs
+):
+    """A gymnasium environment (picked with `env._target_=faults.faulty_env`) whose `step`
+    fails at the `at_step`-th step of worker `rank` (HOGWILD_FAULT_FILE and
+    HOGWILD_PROGRESS_FILE as for FaultyMLP; the progress file after 100 steps)."""
+    import gymnasium
+
+    class FaultyEnv(gymnasium.Wrapper):
+        steps = 0
+
+        def step(self, action):
+            my_rank = os.environ.get("HOGWILD_RANK")
+            if my_rank is not None:
+                self.steps += 1
+                if self.steps == 100 and os.environ.get("HOGWILD_PROGRESS_FILE"):
+                    open(f"{os.environ['HOGWILD_PROGRESS_FILE']}.{my_rank}", "w").close()
+                if int(my_rank) == rank and self.steps == at_step and FaultyMLP._arm():
+                    if fault == "raise":
+                        raise RuntimeError("injected fault in env.step")
+                    if fault == "exit":
+                        os._exit(7)
+            return super().step(action)
+
+    return FaultyEnv(gymnasium.make(id, **kwargs))

@@ -13,7 +13,9 @@ worker's `hogwild.worker.WorkerContext`:
 
 Everything else (processes, sharing, signals, checkpoints, metrics, torchrun) is the
 framework's and does not change with the workload. Supervised training on in-memory tensors
-(hogwild.workloads.supervised) is the first implementation.
+(hogwild.workloads.supervised) is the first implementation; A3C on gymnasium environments
+(hogwild.workloads.a3c) the second. A workload may also set `shared_optimizer = True` to make
+one shared optimizer state its default (hogwild.optim_state), as A3C does.
 """
 
 from __future__ import annotations
