@@ -63,6 +63,7 @@ def test_resuming_with_another_optimizer_starts_fresh_and_says_why(tmp_path):
             "optimizer.momentum=0.9",
             "optimizer.shared=true",
             "trainer.start_method=fork",
+            "trainer.epochs=2",  # the first run finished its epoch: train on
             f"resume_from={first / 'checkpoints' / 'last.pt'}",
         ],
         second,

@@ -99,10 +99,9 @@ def test_default_run_outputs_summary_checkpoint_and_tensorboard(tmp_path):
     st = s["staleness"]
     steps = int(state["progress"][:, 3].sum())  # the progress table's STEPS column
     assert st["steps"] == sum(w["steps"] for w in st["per_worker"]) == steps
-    assert 0 <= st["mean"] <= st["p95"] <= st["max"] and [w["rank"] for w in st["per_worker"]] == [
-        0,
-        1,
-    ]
+    # (the mean may exceed the p95: when over 95% of steps saw no other update, p95 is 0)
+    assert 0 <= st["mean"] <= st["max"] and 0 <= st["p95"] <= st["max"]
+    assert [w["rank"] for w in st["per_worker"]] == [0, 1]
     assert "test accuracy" in result.stdout and "tensorboard --logdir" in result.stdout
 
 
