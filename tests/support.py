@@ -304,12 +304,13 @@ def learnable_mnist(folder: Path, n_train=3000, n_test=500, seed=0) -> None:
 # ---- a run that is really training ----
 
 
-def start_run(tmp_path, *extra, run_dir=None):
-    """A slow run, returned once both workers have taken steps (their progress files exist)."""
+def start_run(tmp_path, *extra, run_dir=None, base=SLOW):
+    """A slow run (`base` + `extra`), returned once both workers have taken steps (their
+    progress files exist)."""
     tag, run_dir = uuid.uuid4().hex, run_dir or tmp_path / "run"
     marker = tmp_path / f"progress-{tag}"
     proc = subprocess.Popen(
-        cli_command([*SLOW, *extra], run_dir),
+        cli_command([*base, *extra], run_dir),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

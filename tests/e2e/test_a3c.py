@@ -20,9 +20,9 @@ from support import (
     cli_env,
     free_port,
     read_summary,
+    start_run,
     tagged_processes,
     tensorboard_tags,
-    wait_until,
 )
 
 A3C = ["+experiment=a3c_cartpole", "trainer.start_method=fork"]
@@ -126,20 +126,8 @@ def test_ctrl_c_checkpoints_and_a_resumed_run_continues_env_steps_and_optimizer_
 
 def start_training(tmp_path: Path, args):
     """A run with an unreachable goal, returned once both workers have stepped their envs."""
-    tag, run_dir, marker = uuid.uuid4().hex, tmp_path / "run", tmp_path / "progress"
-    proc = subprocess.Popen(
-        cli_command(
-            [*args, "env._target_=faults.faulty_env", "a3c.stop_at_return=100000"], run_dir
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(tag, HOGWILD_PROGRESS_FILE=str(marker)),
-        cwd=tmp_path,
-    )
-    started = wait_until(lambda: all(Path(f"{marker}.{r}").exists() for r in (0, 1)), 90)
-    assert started, proc.communicate(timeout=30)[1][-3000:]
-    return proc, run_dir, tag
+    unreachable = ["env._target_=faults.faulty_env", "a3c.stop_at_return=100000"]
+    return start_run(tmp_path, *args, *unreachable, base=[])
 
 
 def test_workers_playing_under_spawn_end_when_the_orchestrator_is_killed(tmp_path):
