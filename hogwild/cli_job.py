@@ -98,7 +98,14 @@ def _remove_if_empty(folder: str) -> None:
 def _train(run, raw: dict, started_at: float | None, save_config=lambda: None):
     import contextlib
 
-    import torch
+    from hogwild import boot, timeline
+
+    # the fork server's interpreter imports torch while this one does
+    with timeline.phase("fork_server_launch"):
+        boot.fork_server(run.trainer.start_method)
+    with timeline.phase("torch_import"):
+        import torch
+    boot.import_dynamo()  # in a thread, while the data is built
 
     from hogwild import run_folder
     from hogwild.node import LocalNode
@@ -126,12 +133,11 @@ def _train(run, raw: dict, started_at: float | None, save_config=lambda: None):
 def _fit(run, raw: dict, started_at: float | None, node):
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from hogwild import builders
-    from hogwild.supervisor import prestart
+    from hogwild import builders, timeline
     from hogwild.trainer import Trainer
 
-    prestart(run.trainer.start_method)  # the fork server boots while the data loads (seconds)
-    data, model = builders.build_workload(run, node, started_at)  # a data set, or an env (A3C)
+    with timeline.phase("data_and_model"):  # a data set, or an environment (A3C)
+        data, model = builders.build_workload(run, node, started_at)
     trainer = Trainer(
         model=model,
         data=data,

@@ -71,7 +71,11 @@ class TrainerConfig:
         "worker `rank` seeds with seed + rank; epoch permutations with seed and the epoch",
         Int(0),
     )
-    log_every_n_steps: int = option(10, "how often a worker reports its loss", Int(1))
+    log_every_n_steps: int = option(
+        10,
+        "how often a worker publishes its loss sum (steps; on CUDA each is a device sync)",
+        Int(1),
+    )
     on_worker_failure: str = option(
         "stop",
         "stop: a dead worker ends the run; restart: it is replaced "

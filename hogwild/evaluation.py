@@ -1,8 +1,9 @@
 """Evaluation of the shared model by the orchestrator, while the workers go on.
 
 `SupervisedEvaluator` scores the test split after every epoch (the first moment every rank has
-finished its shard of it) and once more at the end when the weights changed since: test loss
-and accuracy for classification, test MSE and RMSE for regression. It decides for itself when
+finished its shard of it), the last epoch once the workers have exited (the orchestrator then
+has every core, and never evaluates the same weights twice), and an interrupted run's weights
+at the end: test loss and accuracy for classification, test MSE and RMSE for regression. It decides for itself when
 it is due; the run loop only asks (`due`), as torchtitan's validator does.
 
 `PolicyEvaluator` plays the greedy policy of the shared model (hogwild.workloads.a3c) every M
@@ -11,14 +12,40 @@ environment steps and says when the task is solved (`goal`), which ends the run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 log = logging.getLogger("hogwild")
+
+# Whether this process's intra-op pool ever ran wider than one thread (`every_core`): a child
+# forked from it that asks for more than one thread would hang (hogwild.preflight.check_threads).
+widened = False
+
+
+@contextlib.contextmanager
+def every_core(start_method: str) -> Iterator[None]:
+    """The workers have exited: the final evaluation may use every core this process may
+    run on. Not when the workers are forked from this process (a Hydra sweep's next job, a
+    Python API caller's next run): OpenMP after fork hangs a child that asks for more threads
+    than one. Then it stays at one thread, as during training."""
+    global widened
+    cores = len(os.sched_getaffinity(0))
+    if start_method == "fork" or cores == 1:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(cores)
+    widened = True
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class SupervisedEvaluator:
@@ -42,17 +69,21 @@ class SupervisedEvaluator:
             None  # (loss, accuracy or RMSE) of the latest evaluation
         )
         self.last_label: str | None = None
+        self.epochs_complete = 0
 
     def due(self, epochs_complete: int, units: int) -> str | None:
         if self.evaluated_epochs is None:  # a resumed run does not evaluate the epochs it inherited
             self.evaluated_epochs = epochs_complete
-        if epochs_complete <= self.evaluated_epochs:
-            return None
+        self.epochs_complete = epochs_complete
+        if epochs_complete <= self.evaluated_epochs or epochs_complete >= self.epochs:
+            return None  # the last epoch: at the end (`needs_final`)
         self.evaluated_epochs = epochs_complete
         return f"epoch {epochs_complete}/{self.epochs}"
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, label: str) -> dict[str, float]:
+        if label == "final" and self.epochs_complete >= self.epochs:
+            label = f"epoch {self.epochs}/{self.epochs}"  # what a completed run's last line says
         was_training = model.training
         model.eval()
         loss_sum, correct, n = 0.0, 0, self.x.shape[0]
@@ -75,7 +106,8 @@ class SupervisedEvaluator:
         return {"eval/loss": loss, "eval/accuracy": self.last[1]}
 
     def needs_final(self, completed: bool, weights_changed: bool) -> bool:
-        # the evaluation after the last epoch already saw the final weights: no need to run it twice
+        # the last epoch's evaluation waits for this call (see `due`); only a run whose
+        # final weights were scored already skips it
         seen = completed and self.last is not None and self.evaluated_epochs == self.epochs
         return weights_changed or not seen
 

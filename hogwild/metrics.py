@@ -15,6 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from hogwild.protocol import Control
+
 log = logging.getLogger("hogwild")
 
 
@@ -99,60 +101,66 @@ class ProgressBar(NullSink):
 
 
 class ProgressWindow:
-    """Aggregates worker Progress messages between two writes to the sinks.
+    """The workers' counters (hogwild.protocol.Control), sampled at most every `interval`
+    seconds and written to the sinks as the change since the last sample.
 
-    Workers may report every step; the orchestrator writes at most every `interval` seconds,
-    so its own cost stays flat however chatty the workers are.
+    Workers may publish every step; the orchestrator reads the table only when a write is due,
+    so its own cost stays flat however often the workers report.
     """
 
-    def __init__(self, interval: float = 0.5, samples_seen: int = 0, unit: str = "samples"):
+    def __init__(self, control, interval: float = 0.5, unit: str = "samples"):
         self.interval = interval
         self.rate_tag = f"perf/{unit.replace(' ', '_')}_per_second"  # what the workload counts
+        self._progress = control.progress.numpy()
+        self._reports = control.reports.numpy()
         self.last_loss: dict[int, float] = {}  # latest mean loss per rank (for final_train_loss)
-        self.samples_seen = (
-            samples_seen  # all workers together, a resumed run's earlier ones included
-        )
-        self.skipped = 0  # batches skipped for a non-finite loss or gradient, in all
-        self._reset()
+        self._take()
 
-    def _reset(self) -> None:
+    def _take(self) -> None:
         self.t_start = time.monotonic()
-        self.loss_sum: dict[int, float] = {}
-        self.steps: dict[int, int] = {}
-        self.samples: dict[int, int] = {}
-        self.lr: dict[int, float] = {}
+        self._samples = self._progress[:, Control.SAMPLES].copy()
+        self._loss = self._reports[:, [Control.LOSS, Control.LOSS_STEPS]].copy()
 
-    def add(
-        self, rank: int, steps: int, samples: int, loss_sum: float, lr: float, skipped: int = 0
-    ) -> None:
-        self.skipped += skipped
-        if not steps:  # a report of skipped batches only
-            return
-        self.lr[rank] = lr
-        self.loss_sum[rank] = self.loss_sum.get(rank, 0.0) + loss_sum
-        self.steps[rank] = self.steps.get(rank, 0) + steps
-        self.samples[rank] = self.samples.get(rank, 0) + samples
-        self.last_loss[rank] = loss_sum / steps
-        self.samples_seen += samples
+    @property
+    def samples_seen(self) -> int:
+        """All workers together, a resumed run's earlier samples included."""
+        return int(self._progress[:, Control.SAMPLES].sum())
+
+    @property
+    def skipped(self) -> int:
+        """Batches skipped for a non-finite loss or gradient, in all."""
+        return int(self._reports[:, Control.SKIPPED].sum())
 
     def due(self) -> bool:
         return time.monotonic() - self.t_start >= self.interval
 
+    def seconds_to_due(self) -> float:
+        return max(0.0, self.t_start + self.interval - time.monotonic())
+
     def flush(self, sinks: NullSink) -> None:
         elapsed = max(time.monotonic() - self.t_start, 1e-9)
-        total_steps = sum(self.steps.values())
-        if total_steps:
-            values = {"train/loss": sum(self.loss_sum.values()) / total_steps}
-            values[self.rate_tag] = sum(self.samples.values()) / elapsed
-            values["train/lr"] = sum(self.lr.values()) / len(self.lr)
-            for rank in sorted(self.steps):
-                values[f"workers/loss/rank_{rank:02d}"] = self.loss_sum[rank] / self.steps[rank]
-                values[f"workers/samples_per_second/rank_{rank:02d}"] = self.samples[rank] / elapsed
+        samples = self._progress[:, Control.SAMPLES] - self._samples
+        loss = self._reports[:, [Control.LOSS, Control.LOSS_STEPS]] - self._loss
+        values: dict[str, float] = {}
+        if samples.any():
+            values[self.rate_tag] = float(samples.sum()) / elapsed
+            for rank in samples.nonzero()[0]:
+                values[f"workers/samples_per_second/rank_{rank:02d}"] = samples[rank] / elapsed
+        ranks = loss[:, 1].nonzero()[0]  # the ranks that published a loss since the last write
+        if ranks.size:
+            total = loss[ranks].sum(axis=0)
+            values["train/loss"] = float(total[0] / total[1])
+            values["train/lr"] = float(self._reports[ranks, Control.LR].mean())
+            for rank in ranks:
+                self.last_loss[int(rank)] = float(loss[rank, 0] / loss[rank, 1])
+                values[f"workers/loss/rank_{rank:02d}"] = self.last_loss[int(rank)]
+        if values:
             if self.skipped:
                 values["train/skipped_steps"] = self.skipped
             sinks.scalars(values, self.samples_seen)
-            sinks.advance(sum(self.samples.values()), {"loss": f"{values['train/loss']:.4f}"})
-        self._reset()
+            loss_text = {"loss": f"{values['train/loss']:.4f}"} if "train/loss" in values else {}
+            sinks.advance(int(samples.sum()), loss_text)
+        self._take()
 
     @property
     def final_train_loss(self) -> float | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from hogwild import checkpoint, run_folder, sharing
+from hogwild import boot, checkpoint, evaluation, run_folder, sharing
 from hogwild import device as device_rules
 from hogwild.config import TrainerConfig
 from hogwild.device import Layout
@@ -89,13 +89,14 @@ def check_writable(output_dir: str, model: torch.nn.Module, optimizer_copies: in
 
 
 def check_threads(cfg: TrainerConfig) -> None:
-    if cfg.start_method == "fork" and cfg.threads_per_worker > 1 and torch.get_num_threads() > 1:
+    pool = max(torch.get_num_threads(), 2 if evaluation.widened else 1)
+    if cfg.start_method == "fork" and cfg.threads_per_worker > 1 and pool > 1:
         # OpenMP after fork: a child of a process whose thread pool has run (share_memory()
         # alone starts it) hangs forever in its first multi-threaded op. The CLI caps this
         # process at 1 thread before any torch work; an API caller must do the same.
         raise ConfigError(
             f"trainer.start_method='fork' with trainer.threads_per_worker={cfg.threads_per_worker} "
-            f"hangs the workers when this process runs {torch.get_num_threads()} intra-op threads: "
+            f"hangs the workers when this process has run {pool} intra-op threads: "
             "use start_method=forkserver or spawn, threads_per_worker=1, or call torch.set_num_threads(1) "
             "before any torch work"
         )
@@ -104,6 +105,7 @@ def check_threads(cfg: TrainerConfig) -> None:
 def check_optimizer(factory: Callable[..., torch.optim.Optimizer]) -> None:
     """Fail here, not in every worker. Also imports what optimizers import lazily (~1.2 s of
     torch._dynamo) once, before fork, instead of in every forked worker."""
+    boot.dynamo_imported()  # hogwild.boot started it; constructing an optimizer imports it
     keywords = getattr(factory, "keywords", {}) or {}
     for key, value in keywords.items():  # the Python API: nan < 0 is False, torch takes it
         if isinstance(value, float) and not math.isfinite(value):

@@ -6,14 +6,17 @@ Data flow of a run::
     ------------                                        ------------
     WorkerSpec, shared model, shared data,  ─ args ─>   sets strategy, threads, seed;
     Control (shared int64 tensor)                       builds its own optimizer
-    reads Control.progress (checkpoints)   <─ shm ─     writes its row of Control.progress
-                                                        after every optimizer step
+    samples Control (progress bar, TensorBoard,  <─ shm ─ after every optimizer step: its row's
+    checkpoints, stall watch) when it is due            counters; every N steps its loss sum
     sets Control.stop                      ─ shm ─>     reads Control.stop before every step
-    drains one Pipe per worker             <─ pipe ─    Hello, Progress, EpochEnd, Scalars, Log,
+    drains one Pipe per worker             <─ pipe ─    Hello, EpochEnd, Scalars, Log,
     + waits on the process sentinels                    then Done  (or Failure, then exit 1)
 
-Messages are small NamedTuples of Python scalars and strings: a tensor put on a pipe would be
-copied into a new shared-memory segment, which is exactly what the hot path must not do.
+Progress never crosses a pipe: a worker adds to its own row of the shared table (a few numpy
+writes, nanoseconds) and the orchestrator reads the table when something is due, so reporting
+every step costs about what reporting every hundred does, and the orchestrator sleeps while
+nothing happens. Messages are rare and small: NamedTuples of Python scalars and strings (a
+tensor put on a pipe would be copied into a new shared-memory segment).
 
 Shutdown (owned by ``supervisor.Supervisor.stop``): set ``Control.stop`` -> workers finish their
 step and send ``Done`` -> after a grace period SIGTERM -> SIGKILL -> join. A worker that dies
@@ -55,29 +58,34 @@ class WorkerSpec:
 
 
 class Control:
-    """Shared-memory control block: one stop flag plus one progress row per rank.
+    """Shared-memory control block: one stop flag plus one row per rank of counters.
 
     Plain shared tensors instead of multiprocessing Events/Queues: reading or writing them costs
     nanoseconds through a numpy view, needs no semaphore (nothing to leak in /dev/shm) and no
-    feeder thread (nothing to block interpreter exit).
+    feeder thread (nothing to block interpreter exit). A rank writes its own row only; the
+    orchestrator reads every row whenever it likes (8-byte aligned words: no torn values).
     """
 
-    # columns of `progress`
+    # columns of `progress` (int64): where a rank stands; checkpointed
     EPOCH, BATCH, SAMPLES, STEPS = range(4)
+    # columns of `reports` (float64): what the dashboards show; not checkpointed
+    LOSS, LOSS_STEPS, SKIPPED, LR, T_FIRST, T_LAST = range(6)
     NUM_TENSORS = 2  # what tensors() returns: what a worker receives besides the model and data
 
     def __init__(self, num_workers: int):
         self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()
         # One shared table, one storage (one fd to pass under file_descriptor): the progress
-        # columns, then each rank's staleness histogram (hogwild.staleness). A rank writes its row only.
+        # columns, the report columns (float64 bit patterns) and each rank's staleness
+        # histogram (hogwild.staleness).
         self.table = torch.zeros(
-            num_workers, 4 + staleness.COLUMNS, dtype=torch.int64
+            num_workers, 4 + 6 + staleness.COLUMNS, dtype=torch.int64
         ).share_memory_()
         self._views()
 
     def _views(self) -> None:
         self.progress = self.table[:, :4]
-        self.staleness = self.table[:, 4:]
+        self.reports = self.table[:, 4:10].view(torch.float64)  # same bytes, read as doubles
+        self.staleness = self.table[:, 10:]
 
     def __getstate__(self) -> dict:  # send the storage once, not once per view
         return {"stop": self.stop, "table": self.table}
@@ -89,6 +97,15 @@ class Control:
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.stop, self.table
 
+    def train_span(self) -> tuple[float, float] | None:
+        """(monotonic time of the first step of any rank, of the last step of any rank), or
+        None before the first step: the steady state the summary's samples/s divides by."""
+        r = self.reports.numpy()
+        started = r[:, self.T_FIRST][r[:, self.T_FIRST] > 0]
+        if started.size == 0:
+            return None
+        return float(started.min()), float(r[:, self.T_LAST].max())
+
 
 # ---- worker -> orchestrator -------------------------------------------------------------------
 
@@ -99,19 +116,6 @@ class Hello(NamedTuple):
     rank: int
     sharing_strategy: str
     num_threads: int
-
-
-class Progress(NamedTuple):
-    """Sent every `log_every_n_steps` steps and once at the end; counts are deltas."""
-
-    rank: int
-    steps: int
-    samples: int
-    loss_sum: float
-    t_first: float  # monotonic time of the worker's first step (same in every message)
-    t_last: float  # monotonic time of the latest step
-    lr: float  # the worker's current learning rate (first parameter group)
-    skipped: int = 0  # batches skipped for a non-finite loss or gradient (skip_nonfinite=true)
 
 
 class EpochEnd(NamedTuple):

@@ -18,12 +18,12 @@ import os
 import time
 from typing import Any
 
-from hogwild import run_folder, staleness, summary
+from hogwild import evaluation, run_folder, staleness, summary, timeline
 from hogwild.checkpoint import Checkpointer
 from hogwild.dashboards import TensorBoardSink
 from hogwild.errors import NodeSyncError
 from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks
-from hogwild.protocol import Control, Log, Progress, Scalars
+from hogwild.protocol import Control, Log, Scalars
 from hogwild.run_state import (
     Failed,
     Finished,
@@ -38,6 +38,10 @@ from hogwild.run_state import (
 )
 
 log = logging.getLogger("hogwild")
+
+# What the loop costs when nothing happens: ~10 wake-ups a second, each a few reads of the
+# shared table (~0.1 ms): about 0.1% of a core.
+POLL_SECONDS = 0.1
 
 
 class RunLoop:
@@ -62,7 +66,7 @@ class RunLoop:
             cfg.grace_seconds,
             cfg.stall_seconds,
         )
-        self.window = ProgressWindow(samples_seen=self.initial, unit=workload.unit)
+        self.window = ProgressWindow(control, unit=workload.unit)
         self.evaluator = (
             workload.evaluator(plan.device, plan.layout, cfg.eval_batch_size)
             if writer
@@ -94,17 +98,9 @@ class RunLoop:
     def watch(self) -> None:
         st = self.state
         while self.supervisor.alive:
-            for event in self.supervisor.events(timeout=0.1):
-                if isinstance(event, Progress):
-                    self.window.add(
-                        event.rank,
-                        event.steps,
-                        event.samples,
-                        event.loss_sum,
-                        event.lr,
-                        event.skipped,
-                    )
-                elif isinstance(event, Scalars):
+            # asleep until a worker says something or exits, or the next write is due
+            for event in self.supervisor.events(timeout=self._sleep()):
+                if isinstance(event, Scalars):
                     self.sinks.scalars(workload_scalars(event), self.window.samples_seen)
                 elif isinstance(event, Log):
                     log.log(event.level, "[worker %d] %s", event.rank, event.message)
@@ -130,9 +126,9 @@ class RunLoop:
             label = self.evaluator.due(st.epochs_complete, self.window.samples_seen)
             if label and st.running:
                 self.flush()
-                self.sinks.scalars(
-                    self.evaluator.evaluate(self.t.model, label), self.window.samples_seen
-                )
+                with timeline.phase("evaluations"):  # overlaps the workers' training
+                    results = self.evaluator.evaluate(self.t.model, label)
+                self.sinks.scalars(results, self.window.samples_seen)
                 if reason := self.evaluator.goal():  # e.g. a policy that solved its task
                     self.node.reach_goal()  # torchrun: the next rounds stop every node
                     self.apply(Finished(reason))
@@ -142,6 +138,11 @@ class RunLoop:
         if st.running or st.finished_reason:
             self._node(self.node.finish)
         st.all_exited()
+
+    def _sleep(self) -> float:
+        """How long the loop may wait for a worker's message: until the next dashboard write,
+        and at most POLL_SECONDS (step-counted cadences, stall watch, shutdown deadlines)."""
+        return min(self.window.seconds_to_due(), POLL_SECONDS)
 
     def _node(self, call) -> None:
         try:
@@ -235,9 +236,12 @@ def finish(loop: RunLoop) -> summary.Summary:
         if st.force:  # a second signal: the checkpoint and the summary, nothing that can wait
             log.warning("second signal: no final evaluation; writing the checkpoint and summary")
         elif loop.evaluator.needs_final(st.status == "completed", loop.node.weights_change_at_end):
-            loop.sinks.scalars(loop.evaluator.evaluate(t.model, "final"), loop.window.samples_seen)
+            with timeline.phase("final_evaluation"), evaluation.every_core(t.cfg.start_method):
+                results = loop.evaluator.evaluate(t.model, "final")
+            loop.sinks.scalars(results, loop.window.samples_seen)
         loop.checkpointer.error = None
-        loop.node.final_checkpoint(loop.checkpointer.save)
+        with timeline.phase("final_checkpoint"):
+            loop.node.final_checkpoint(loop.checkpointer.save)
         if loop.checkpointer.error:
             st.fail_late(loop.checkpointer.error)
     s = summary.collect(loop)

@@ -22,7 +22,7 @@ import signal as signals
 from typing import Any
 
 from hogwild.errors import WorkerFailure, describe_exit
-from hogwild.protocol import Done, EpochEnd, Failure, Hello, Progress
+from hogwild.protocol import Done, EpochEnd, Failure, Hello
 
 # ---- events (besides the protocol's messages) ----
 
@@ -118,7 +118,6 @@ class RunState:
         self.failures: dict[int, Failure] = {}
         self.hello: dict[int, Hello] = {}
         self.restarts = 0
-        self.t_first, self.t_last = float("inf"), 0.0
         self.force = False
         self.stop_deadline: float | None = None
         self.finished_reason: str | None = None
@@ -154,12 +153,6 @@ class RunState:
 
     def _on_Hello(self, e: Hello) -> list[Any]:
         self.hello[e.rank] = e
-        return []
-
-    def _on_Progress(self, e: Progress) -> list[Any]:
-        if not e.steps:  # skipped batches only: no step times in it
-            return []
-        self.t_first, self.t_last = min(self.t_first, e.t_first), max(self.t_last, e.t_last)
         return []
 
     def _on_EpochEnd(self, e: EpochEnd) -> list[Any]:

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from hogwild import optim_state, staleness
+from hogwild import optim_state, staleness, timeline
 from hogwild.protocol import Control
 from hogwild.words import plural
 
@@ -46,11 +46,12 @@ class Summary:
     workload: dict[str, Any]  # the workload's facts and results (epochs, test_accuracy, ...)
     error: dict | None = None  # rank and reason of a failed run
     distributed: dict | None = None  # torchrun: rounds, sync cost, every node's figures
+    fixed_costs: dict | None = None  # the wall clock outside training, phase by phase (timeline)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in dataclasses.asdict(self).items() if k != "workload"}
         out.update(self.workload)
-        for key in ("error", "distributed"):
+        for key in ("error", "distributed", "fixed_costs"):
             if out[key] is None:
                 del out[key]
         return _finite(out)
@@ -151,7 +152,10 @@ def collect(loop) -> Summary:
     )
     cfg = trainer.cfg
     total_samples = int(control.progress[:, Control.SAMPLES].sum()) - initial
-    train_seconds = state.t_last - state.t_first if state.t_first < state.t_last else None
+    t_first, t_last = control.train_span() or (None, None)
+    train_seconds = t_last - t_first if t_first is not None and t_first < t_last else None
+    wall_seconds = time.time() - trainer.started_at
+    to_wall = time.time() - time.monotonic()  # the workers' step times are monotonic
     return Summary(
         status=state.status,
         exit_code=state.exit_code,
@@ -166,11 +170,9 @@ def collect(loop) -> Summary:
         total_samples=total_samples,
         samples_seen=initial + total_samples,
         resumed_from=plan.resume_from,
-        wall_seconds=round(time.time() - trainer.started_at, 3),
+        wall_seconds=round(wall_seconds, 3),
         train_seconds=round(train_seconds, 4) if train_seconds else None,
-        startup_seconds=round(state.t_first - loop.t_fit, 3)
-        if state.t_first < float("inf")
-        else None,
+        startup_seconds=round(t_first - loop.t_fit, 3) if t_first is not None else None,
         samples_per_second=round(total_samples / train_seconds, 1) if train_seconds else None,
         final_train_loss=loop.window.final_train_loss,
         skipped_steps=loop.window.skipped,
@@ -185,6 +187,11 @@ def collect(loop) -> Summary:
             **_units(trainer.workload.unit, initial + total_samples, train_seconds, total_samples),
         },
         error=state.error,
+        fixed_costs=timeline.breakdown(
+            wall_seconds,
+            t_first and t_first + to_wall,
+            t_last and t_last + to_wall,
+        ),
     )
 
 

@@ -46,23 +46,6 @@ def _state(pid: int) -> str:
     }.get(state, f"not answering (state {state})")
 
 
-def prestart(start_method: str) -> None:
-    """Boot the fork server now (it takes seconds: a fresh interpreter importing torch), so
-    that it overlaps with the orchestrator's own set-up; fork needs nothing."""
-    if start_method == "fork":
-        return
-    from multiprocessing import forkserver, resource_tracker
-
-    with lifetime.born_deaf():  # the resource tracker and the fork server
-        resource_tracker.ensure_running()
-        if start_method == "forkserver":
-            # torch (and torch._dynamo, which the first optimizer imports: ~1.2 s) are imported
-            # once, in the fork server; each worker is then a cheap fork of it
-            ctx = mp.get_context("forkserver")
-            ctx.set_forkserver_preload(["hogwild.worker", "torch._dynamo"])
-            forkserver.ensure_running()
-
-
 class Supervisor:
     def __init__(
         self,

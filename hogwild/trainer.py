@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from hogwild import lifetime, optim_state, preflight, run_folder, sharing
+from hogwild import boot, lifetime, optim_state, preflight, run_folder, sharing, timeline
 from hogwild.config import CheckpointConfig, ScheduleConfig, TrainerConfig, resolve_trainer
 from hogwild.lifetime import SignalRelay
 from hogwild.node import LocalNode
@@ -33,7 +33,7 @@ from hogwild.protocol import Control, WorkerSpec
 from hogwild.run_loop import RunLoop, finish
 from hogwild.run_state import RunFailed
 from hogwild.summary import Summary
-from hogwild.supervisor import Supervisor, prestart
+from hogwild.supervisor import Supervisor
 from hogwild.words import plural
 from hogwild.worker import run_worker
 from hogwild.workloads.supervised import SupervisedWorkload
@@ -89,6 +89,8 @@ class Trainer:
         folder = run_folder.claim(self.output_dir) if self.node.is_writer else run_folder.Claim("")
         self.stack_dir = tempfile.mkdtemp(prefix="hogwild-stacks-")  # hung workers' stacks
         signals = lifetime.install()  # the Python API: from here (the CLI has done it already)
+        if not timeline.started():  # the Python API: the run's phases count from here
+            timeline.begin(self.started_at)
         try:
             with folder if self.node.is_writer else contextlib.nullcontext():
                 return self._fit(folder)
@@ -98,17 +100,19 @@ class Trainer:
 
     def _fit(self, folder: run_folder.Claim) -> dict[str, Any]:
         t_fit = time.monotonic()
-        prestart(self.cfg.start_method)  # the fork server boots while the run is checked and shared
-        plan = preflight.prepare(
-            self.cfg,
-            self.model,
-            self.workload,
-            self.optimizer_factory,
-            self.output_dir,
-            self.resume_from,
-            self.node,
-            self.overwrite,
-        )
+        boot.fork_server(self.cfg.start_method)  # it boots while the run is checked and shared
+        boot.import_dynamo()  # the optimizer check needs it; fork workers inherit it
+        with timeline.phase("checks"):
+            plan = preflight.prepare(
+                self.cfg,
+                self.model,
+                self.workload,
+                self.optimizer_factory,
+                self.output_dir,
+                self.resume_from,
+                self.node,
+                self.overwrite,
+            )
         if self.overwrite and self.node.is_writer:
             run_folder.clear_outputs(self.output_dir)  # checked: the run starts now
         if plan.resume_from and plan.progress is not None:
@@ -118,7 +122,8 @@ class Trainer:
                 f"{int(plan.progress[:, Control.SAMPLES].sum()):,}",
                 self.workload.unit,
             )
-        with lifetime.born_deaf():  # file_system: share_memory() may start torch_shm_manager
+        # file_system: share_memory() may start torch_shm_manager
+        with lifetime.born_deaf(), timeline.phase("sharing"):
             task, control, optimizer_state = self._share(plan)
         # Held as long as the Trainer: the CLI keeps it until the process exits, since freeing a
         # file_system tensor after torch_shm_manager died aborts the process (hogwild.cli.run).
@@ -149,6 +154,7 @@ class Trainer:
                     plural(self.cfg.threads_per_worker, "thread"),
                 )
                 folder.started = True  # from here on the run's files are kept, whatever happens
+                timeline.mark("launch")
                 for rank in range(self.cfg.num_workers):
                     supervisor.start(rank)
                 loop.watch()
@@ -157,6 +163,7 @@ class Trainer:
                 raise
             finally:
                 supervisor.terminate()
+                timeline.mark("joined")
                 self.summary = finish(loop)
         return self.summary.to_dict()
 

@@ -22,16 +22,7 @@ import torch
 
 from hogwild import optim_state, staleness, tenancy
 from hogwild.lifetime import ignore_terminal_signals
-from hogwild.protocol import (
-    Control,
-    Done,
-    EpochEnd,
-    Failure,
-    Hello,
-    Progress,
-    Scalars,
-    WorkerSpec,
-)
+from hogwild.protocol import Control, Done, EpochEnd, Failure, Hello, Scalars, WorkerSpec
 from hogwild.schedule import Scheduler
 
 log = logging.getLogger("hogwild")
@@ -88,14 +79,19 @@ def _report_failure(conn, failure: Failure) -> None:
 
 
 def grads_finite(params: list[torch.Tensor]) -> bool:
-    """Whether every gradient is finite: one sum per tensor, one read (NaN and inf survive a
-    sum; a sum that overflows is a gradient no step should take either)."""
+    """Whether every gradient is finite: one sum per tensor (NaN and inf survive a sum; a sum
+    that overflows is a gradient no step should take either). On the CPU each sum is read at
+    once: a third of the cost of stacking them into one tensor first, for a small model."""
     sums = [
-        (p.grad._values() if p.grad.is_sparse else p.grad).sum().float()
+        (p.grad._values() if p.grad.is_sparse else p.grad).sum()
         for p in params
         if p.grad is not None
     ]
-    return not sums or bool(torch.isfinite(torch.stack(sums).sum()))
+    if not sums:
+        return True
+    if sums[0].device.type == "cpu":
+        return math.isfinite(sum(s.item() for s in sums))
+    return bool(torch.isfinite(torch.stack(sums).float().sum()))  # one device sync
 
 
 class NonFinite(RuntimeError):
@@ -103,53 +99,50 @@ class NonFinite(RuntimeError):
 
 
 class _Reporter:
-    """Accumulates loss and counts between reports; one Progress message every N steps.
+    """The worker's row of the shared report table (Control.reports): the loss summed over
+    steps, published every `every` steps, plus the skipped batches, the learning rate and the
+    times of the first and the latest step. The orchestrator samples the table when it is due;
+    nothing is sent.
 
     The loss is summed where it lives: on the GPU `float()` is a device sync, paid once per
-    report instead of once per step.
+    publication instead of once per step.
     """
 
-    def __init__(self, conn, rank: int, optimizer, device: torch.device):
-        self.conn, self.rank, self.optimizer, self.device = conn, rank, optimizer, device
-        self.t_first = self.t_last = 0.0
+    def __init__(self, row, optimizer, device: torch.device, every: int):
+        self.row, self.optimizer, self.device, self.every = row, optimizer, device, every
+        self.warned = False
         self._reset()
 
     def _reset(self) -> None:
-        self.steps = self.samples = self.skipped = 0
+        self.steps = 0
         self.loss_sum = 0.0 if self.device.type == "cpu" else torch.zeros((), device=self.device)
 
-    def step(self, loss, samples: int) -> None:
+    def step(self, loss) -> None:
         self.loss_sum += loss
-        self.t_last = time.monotonic()
-        self.t_first = self.t_first or self.t_last
         self.steps += 1
-        self.samples += samples
+        if not self.row[Control.T_FIRST]:
+            self.row[Control.T_FIRST] = time.monotonic()
+        if self.steps == self.every:
+            self.flush()
 
-    def skip(self) -> None:
+    def skip(self, rank: int) -> None:
         """A batch whose loss or gradients were not finite, skipped (skip_nonfinite=true)."""
-        self.skipped += 1
-        if self.skipped == 1:
-            log.warning("worker %d: skipping a batch with a non-finite loss or gradient", self.rank)
+        self.row[Control.SKIPPED] += 1
+        if not self.warned:
+            self.warned = True
+            log.warning("worker %d: skipping a batch with a non-finite loss or gradient", rank)
 
     def flush(self) -> None:
-        if self.steps == 0 and self.skipped == 0:
+        if self.steps == 0:
             return
         total = float(self.loss_sum)
         if not math.isfinite(total):
             raise NonFinite(f"non-finite loss in the last {self.steps} steps")
-        lr = float(self.optimizer.param_groups[0]["lr"])
-        self.conn.send(
-            Progress(
-                self.rank,
-                self.steps,
-                self.samples,
-                total,
-                self.t_first,
-                self.t_last,
-                lr,
-                self.skipped,
-            )
-        )
+        row = self.row
+        row[Control.LR] = self.optimizer.param_groups[0]["lr"]
+        row[Control.LOSS] += total
+        row[Control.LOSS_STEPS] += self.steps
+        row[Control.T_LAST] = time.monotonic()
         self._reset()
 
 
@@ -178,16 +171,11 @@ class WorkerContext:
         self.device = torch.device(spec.device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        self._stop = (
-            control.stop.numpy()
-        )  # numpy views: a flag read or a counter write costs nanoseconds
+        # numpy views of shared memory: a flag read or a counter write costs nanoseconds
+        self._stop = control.stop.numpy()
         self._row = control.progress.numpy()[rank]
-        self._all_steps = control.progress.numpy()[
-            :, Control.STEPS
-        ]  # every rank's steps (others' updates)
-        self._all_samples = control.progress.numpy()[
-            :, Control.SAMPLES
-        ]  # the global count drives the lr
+        self._all_steps = control.progress.numpy()[:, Control.STEPS]  # others' updates
+        self._all_samples = control.progress.numpy()[:, Control.SAMPLES]  # drives the lr
         self._stale_row = control.staleness.numpy()[rank]
         model.train()
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -197,8 +185,10 @@ class WorkerContext:
         self.scheduler = Scheduler(
             self.optimizer, spec.schedule, spec.num_workers, spec.total_units
         )
-        self.report = _Reporter(conn, rank, self.optimizer, self.device)
         self.log_every = spec.log_every_n_steps
+        self.report = _Reporter(
+            control.reports.numpy()[rank], self.optimizer, self.device, self.log_every
+        )
         self.skip_nonfinite = spec.skip_nonfinite
         # On the CPU reading the loss is free, so a bad batch is caught before its update
         # reaches the shared weights. On CUDA that is a sync per step: checked per report,
@@ -236,7 +226,7 @@ class WorkerContext:
                 problem = "gradient"  # a finite loss can still have NaN/inf gradients
         if problem is not None:  # caught before the optimizer touches the shared weights
             if self.skip_nonfinite:
-                self.report.skip()
+                self.report.skip(self.rank)
                 return False
             what = f"loss ({value})" if problem == "loss" else problem
             raise NonFinite(f"non-finite {what} at epoch {self.position[0]}, batch {batch - 1}")
@@ -248,13 +238,11 @@ class WorkerContext:
         if max_grad_norm:
             torch.nn.utils.clip_grad_norm_(self.params, max_grad_norm)
         self.optimizer.step()
-        self.report.step(value, units)
         row = self._row
         row[Control.BATCH] = batch
         row[Control.SAMPLES] += units
         row[Control.STEPS] += 1
-        if self.report.steps == self.log_every:
-            self.report.flush()
+        self.report.step(value)
         return True
 
     def scalars(self, values: dict[str, float]) -> None:

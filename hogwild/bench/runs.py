@@ -19,26 +19,29 @@ from hogwild.bench.recipes import SEED
 
 
 def plain_worker(
-    rank, num_workers, threads, strategy, model, x, y, queue, batch, make_optimizer, loss_fn
+    rank, num_workers, threads, strategy, epochs, model, x, y, queue, batch, make_optimizer, loss_fn
 ):
     torch.multiprocessing.set_sharing_strategy(strategy)
     torch.set_num_threads(threads)
     torch.manual_seed(SEED + rank)
     optimizer = make_optimizer(model.parameters())
-    perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(SEED))
-    mine = perm[rank * len(perm) // num_workers : (rank + 1) * len(perm) // num_workers]
     t_first = t_last = 0.0
-    for i in range(0, len(mine), batch):
-        idx = mine[i : i + batch]
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(x.index_select(0, idx)), y.index_select(0, idx)).backward()
-        optimizer.step()
-        t_last = time.monotonic()
-        t_first = t_first or t_last
-    queue.put((rank, len(mine), t_first, t_last))
+    for epoch in range(epochs):
+        perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(SEED + epoch))
+        mine = perm[rank * len(perm) // num_workers : (rank + 1) * len(perm) // num_workers]
+        for i in range(0, len(mine), batch):
+            idx = mine[i : i + batch]
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model(x.index_select(0, idx)), y.index_select(0, idx)).backward()
+            optimizer.step()
+            t_last = time.monotonic()
+            t_first = t_first or t_last
+    queue.put((rank, len(mine) * epochs, t_first, t_last))
 
 
-def run_plain(model, data, start_method, strategy, num_workers, threads, recipe) -> dict:
+def run_plain(
+    model, data, start_method, strategy, num_workers, threads, recipe, epochs: int = 1
+) -> dict:
     torch.multiprocessing.set_sharing_strategy(strategy)
     ctx = mp.get_context(start_method)
     t0 = time.monotonic()
@@ -48,7 +51,7 @@ def run_plain(model, data, start_method, strategy, num_workers, threads, recipe)
     procs = [
         ctx.Process(
             target=plain_worker,
-            args=(r, num_workers, threads, strategy, model, x, y, queue, *recipe),
+            args=(r, num_workers, threads, strategy, epochs, model, x, y, queue, *recipe),
         )
         for r in range(num_workers)
     ]
@@ -81,7 +84,16 @@ def run_plain(model, data, start_method, strategy, num_workers, threads, recipe)
 
 
 def run_framework(
-    model, data, start_method, strategy, num_workers, threads, workdir, recipe
+    model,
+    data,
+    start_method,
+    strategy,
+    num_workers,
+    threads,
+    workdir,
+    recipe,
+    epochs: int = 1,
+    log_every: int = 10,
 ) -> dict:
     from hogwild import Trainer, TrainerConfig
 
@@ -90,9 +102,9 @@ def run_framework(
         start_method=start_method,
         sharing_strategy=strategy,
         threads_per_worker=threads,
-        epochs=1,
+        epochs=epochs,
         seed=SEED,
-        log_every_n_steps=10,
+        log_every_n_steps=log_every,
     )
     out = tempfile.mkdtemp(prefix="run-", dir=workdir)
     batch, make_optimizer, loss_fn = recipe

@@ -1,11 +1,13 @@
-"""The dashboards' feed: the progress window aggregates worker reports between writes; a sink
+"""The dashboards' feed: the progress window samples the workers' shared counters between writes; a sink
 that is off is simply not there."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from hogwild.metrics import NullSink, ProgressWindow, Sinks
+from hogwild.protocol import Control
 
 
 class Recorder(NullSink):
@@ -19,11 +21,26 @@ class Recorder(NullSink):
         self.advanced.append((samples, dict(postfix)))
 
 
+def table(num_workers=2, samples=(0, 0)):
+    control = Control(num_workers)
+    control.progress[:, Control.SAMPLES] = torch.tensor(samples)
+    return control
+
+
+def publish(control, rank, steps, samples, loss_sum, lr):
+    """What a worker's step loop writes to its row (hogwild.worker)."""
+    control.progress[rank, Control.SAMPLES] += samples
+    control.reports[rank, Control.LOSS] += loss_sum
+    control.reports[rank, Control.LOSS_STEPS] += steps
+    control.reports[rank, Control.LR] = lr
+
+
 def test_the_window_writes_means_and_rates_per_worker_and_overall():
-    window = ProgressWindow(interval=0.5, samples_seen=1000)
-    window.add(0, steps=10, samples=640, loss_sum=20.0, lr=0.1)
-    window.add(1, steps=5, samples=320, loss_sum=5.0, lr=0.3)
-    window.add(0, steps=10, samples=640, loss_sum=10.0, lr=0.1)
+    control = table(samples=(600, 400))  # a resumed run: 1000 samples before this one
+    window = ProgressWindow(control, interval=0.5)
+    publish(control, 0, steps=10, samples=640, loss_sum=20.0, lr=0.1)
+    publish(control, 1, steps=5, samples=320, loss_sum=5.0, lr=0.3)
+    publish(control, 0, steps=10, samples=640, loss_sum=10.0, lr=0.1)
     sink = Recorder()
     window.flush(sink)
     ((step, values),) = sink.rows
@@ -34,26 +51,50 @@ def test_the_window_writes_means_and_rates_per_worker_and_overall():
     assert values["train/lr"] == pytest.approx(0.2)
     assert values["perf/samples_per_second"] > 0
     assert sink.advanced == [(1600, {"loss": "1.4000"})]
-    assert window.final_train_loss == pytest.approx(
-        (10.0 / 10 + 1.0) / 2
-    )  # each rank's latest mean
+    publish(control, 1, steps=5, samples=320, loss_sum=15.0, lr=0.3)
+    window.flush(sink)
+    assert set(sink.rows[1][1]) >= {"workers/loss/rank_01", "train/loss"}
+    assert "workers/loss/rank_00" not in sink.rows[1][1]  # rank 0 published nothing since
+    assert window.final_train_loss == pytest.approx((30.0 / 20 + 15.0 / 5) / 2)  # latest each
+
+
+def test_samples_without_a_published_loss_still_move_the_rate_and_the_bar():
+    control = table()
+    window = ProgressWindow(control)
+    control.progress[0, Control.SAMPLES] += 64  # a step, its loss not yet published
+    sink = Recorder()
+    window.flush(sink)
+    ((_, values),) = sink.rows
+    assert "train/loss" not in values and values["perf/samples_per_second"] > 0
+    assert sink.advanced == [(64, {})]
 
 
 def test_an_empty_window_writes_nothing():
     sink = Recorder()
-    window = ProgressWindow()
+    window = ProgressWindow(table())
     window.flush(sink)
-    assert sink.rows == [] and window.final_train_loss is None
+    assert sink.rows == [] and sink.advanced == [] and window.final_train_loss is None
 
 
 def test_a_flush_starts_a_new_window():
-    window = ProgressWindow(interval=3600)
-    assert not window.due()
-    window.add(0, 1, 64, 1.0, 0.1)
+    control = table()
+    window = ProgressWindow(control, interval=3600)
+    assert not window.due() and window.seconds_to_due() > 3000
+    publish(control, 0, 1, 64, 1.0, 0.1)
     window.flush(Recorder())
     sink = Recorder()
     window.flush(sink)
     assert sink.rows == []
+
+
+def test_skipped_batches_are_counted_from_the_table():
+    control = table()
+    window = ProgressWindow(control)
+    control.reports[1, Control.SKIPPED] = 3
+    publish(control, 1, 1, 64, 1.0, 0.1)
+    sink = Recorder()
+    window.flush(sink)
+    assert window.skipped == 3 and sink.rows[0][1]["train/skipped_steps"] == 3
 
 
 def test_sinks_fan_out_to_every_sink():

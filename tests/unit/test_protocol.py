@@ -15,7 +15,7 @@ from hogwild.protocol import Control
 
 MESSAGES = [
     protocol.Hello(0, "file_descriptor", 1),
-    protocol.Progress(1, 10, 640, 3.5, 1.0, 2.0, 0.05),
+    protocol.Scalars(1, {"episode_return": 20.0}),
     protocol.EpochEnd(0, 3),
     protocol.Log(1, 20, "hello"),
     protocol.Done(1),
@@ -25,7 +25,8 @@ MESSAGES = [
 
 @pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
 def test_messages_are_plain_scalars_that_pickle_small(message):
-    assert all(isinstance(v, (int, float, str)) for v in message)  # never a tensor
+    values = [v for f in message for v in (f.values() if isinstance(f, dict) else [f])]
+    assert all(isinstance(v, (int, float, str)) for v in values)  # never a tensor
     data = pickle.dumps(message)
     assert pickle.loads(data) == message and len(data) < 200
 
@@ -38,12 +39,19 @@ def test_control_block_views_share_one_storage_and_pickle_it_once():
     )
     control.progress[2, Control.SAMPLES] = 7
     assert int(control.table[2, Control.SAMPLES]) == 7
+    control.reports[2, Control.LOSS] = 1.5  # float64 counters in the same int64 storage
+    assert (
+        control.reports.untyped_storage().data_ptr() == control.table.untyped_storage().data_ptr()
+    )
+    assert control.reports[2, Control.LOSS] == 1.5 and control.progress[2].tolist() == [0, 0, 7, 0]
     assert set(control.__getstate__()) == {"stop", "table"}
     assert len(control.tensors()) == Control.NUM_TENSORS
     again = Control.__new__(Control)
     again.__setstate__(control.__getstate__())
     again.progress[0, Control.STEPS] = 5
+    again.reports[0, Control.T_LAST] = 2.5
     assert int(control.progress[0, Control.STEPS]) == 5  # the views of the copy see the same memory
+    assert control.reports[0, Control.T_LAST] == 2.5
 
 
 def test_control_block_lives_in_shared_memory():

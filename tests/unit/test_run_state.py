@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from hogwild.protocol import Done, EpochEnd, Failure, Hello, Progress
+from hogwild.protocol import Done, EpochEnd, Failure, Hello
 from hogwild.run_state import (
     Exited,
     Failed,
@@ -147,11 +147,8 @@ def test_epochs_complete_is_the_slowest_ranks():
     assert st.epochs_done == [2, 2]
 
 
-def test_progress_spans_the_first_step_to_the_last_and_hello_is_kept():
+def test_hello_is_kept():
     st = state()
-    st.apply(Progress(0, 10, 640, 5.0, t_first=2.0, t_last=3.0, lr=0.1))
-    st.apply(Progress(1, 10, 640, 5.0, t_first=1.5, t_last=2.5, lr=0.1))
-    assert (st.t_first, st.t_last) == (1.5, 3.0)
     st.apply(Hello(1, "file_system", 1))
     assert st.hello[1].sharing_strategy == "file_system"
 

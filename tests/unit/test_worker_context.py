@@ -13,7 +13,7 @@ import torch
 from hogwild.config import ScheduleConfig
 from hogwild.data import make_synthetic
 from hogwild.device import Layout
-from hogwild.protocol import Control, EpochEnd, Progress, WorkerSpec
+from hogwild.protocol import Control, EpochEnd, WorkerSpec
 from hogwild.worker import NonFinite, WorkerContext, grads_finite
 from hogwild.workloads.supervised import SupervisedWorkload
 
@@ -62,9 +62,29 @@ def test_a_task_runs_its_shard_of_every_epoch_and_counts_it():
     assert (epoch, batch, samples, steps) == (2, 0, 100, 10)  # 50 samples a epoch, in 5 batches
     assert control.progress[0].tolist() == [0, 0, 0, 0]  # a rank writes its own row only
     assert [m.epoch for m in conn.of(EpochEnd)] == [0, 1]
-    progress = conn.of(Progress)
-    assert sum(m.steps for m in progress) == 10 and sum(m.samples for m in progress) == 100
-    assert all(math.isfinite(m.loss_sum) and m.lr == pytest.approx(0.1) for m in progress)
+    # the report columns: every step's loss in the sum (published every 5 steps and at each
+    # epoch's end), the lr, the first and the last step's times; nothing sent for them
+    loss, loss_steps, skipped, lr, t_first, t_last = control.reports[1].tolist()
+    assert loss_steps == 10 and math.isfinite(loss) and loss > 0 and skipped == 0
+    assert lr == pytest.approx(0.1) and 0 < t_first < t_last
+    assert control.reports[0].tolist() == [0.0] * 6
+    assert control.train_span() == (t_first, t_last)
+    assert {type(m) for m in conn.sent} == {EpochEnd}
+
+
+def test_a_worker_publishes_its_loss_every_log_every_steps():
+    model = torch.nn.Linear(4, 2)
+    ctx, control, _ = context(model, log_every=3)
+    x, y = torch.randn(10, 4), torch.randint(0, 2, (10,))
+    steps = []
+    for b in range(7):
+        ctx.begin()
+        ctx.step(torch.nn.functional.cross_entropy(model(x), y), 10, b + 1)
+        steps.append(int(control.reports[0, Control.LOSS_STEPS]))
+    assert steps == [0, 0, 3, 3, 3, 6, 6]
+    assert control.progress[0, Control.SAMPLES] == 70  # the counts: every step
+    ctx.report.flush()
+    assert control.reports[0, Control.LOSS_STEPS] == 7
 
 
 def test_a_replacement_worker_continues_at_the_first_batch_not_yet_applied():
@@ -112,7 +132,7 @@ def test_skip_nonfinite_skips_the_batch_and_goes_on():
     task(num_samples=100, batch_size=10, epochs=1).run(ctx)
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert control.progress[0].tolist()[2:] == [30, 3]
-    assert sum(m.skipped for m in conn.of(Progress)) == 7  # counted, for the summary
+    assert control.reports[0, Control.SKIPPED] == 7  # counted, for the summary
 
 
 class NaNGradientAfter(NaNAfter):
@@ -138,7 +158,7 @@ def test_a_nan_gradient_with_a_finite_loss_never_reaches_the_weights():
     ctx, control, conn = context(model, skip_nonfinite=True)
     task(num_samples=100, batch_size=10, epochs=1).run(ctx)
     assert all(torch.isfinite(p).all() for p in model.parameters())
-    assert sum(m.skipped for m in conn.of(Progress)) == 7
+    assert control.reports[0, Control.SKIPPED] == 7
 
 
 def test_the_gradient_check_reads_dense_and_sparse_gradients():
