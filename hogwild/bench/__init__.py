@@ -13,7 +13,11 @@ sparse models run in the full mode or with --models mf,sparse) in fresh worker p
     plain       ~40 lines in hogwild/bench/runs.py (`plain_worker`, `run_plain`): share the model and the data
                 tensors, start N processes, each sets its threads, builds its own SGD, trains on its
                 shard of one permutation with index_select batches. No framework code. The reference.
-    framework   `hogwild.Trainer(...).fit()` through the Python API, on the same model and data.
+    framework   `hogwild.Trainer(...).fit()` through the Python API, on the same model and data,
+                the loss published every 10 steps (`trainer.log_every_n_steps`, the default).
+    framework-step  the same, publishing every step: what per-step reporting costs (fork, N > 1).
+    ddp         torch DistributedDataParallel over gloo (hogwild/bench/ddp.py): one process per
+                worker, each with its own replica, gradients all-reduced every step (fork, N > 1).
     Nx1 / 1xN   N workers with 1 intra-op thread each; or the "best single process": 1 worker
                 with threads = cores (rows with threads > 1).
 
@@ -29,7 +33,9 @@ How to read the columns:
                 giving one process all the cores.
     fw/plain    framework samples/s over plain samples/s, same model, workers and threads (and
                 start method when the plain loop ran it; else fork). 1.00 = as fast as the
-                hand-written loop; the goal is >= 0.95. Noise on a shared machine is ~ +-10%.
+                hand-written loop; the goal is >= 0.97. Noise on a shared machine is ~ +-10%.
+    fw/ddp      framework samples/s over the DDP row's, same model and workers: how much faster
+                lock-free Hogwild is than synchronous data parallelism on this machine.
     start-up    seconds from "start" (share the tensors, launch the processes) to the end of the
                 first optimizer step of any worker. spawn re-imports torch per worker (~2 s).
                 The fork server is started once per benchmark, before the first row (its cost is
@@ -38,7 +44,12 @@ How to read the columns:
                 fork server, resource tracker), sampled every 0.2 s: shared memory is counted
                 once in total, so N workers sharing a dataset do not count it N times.
 
-Outputs: the table on stdout, `--out` (bench.json: machine info + one dict per row) and a
+After the table, the fixed costs (hogwild.timeline, summary.json's `fixed_costs`): where each
+framework run's wall clock went outside training, and the same for one whole CLI run in a fresh
+interpreter (`python -m hogwild train data=synthetic ...`, 1 epoch; skip it with --no-cli),
+which adds the interpreter, imports, Hydra's compose, torch's import and the data.
+
+Outputs: the tables on stdout, `--out` (bench.json: machine info, one dict per row, cli_run) and a
 scaling plot next to it (bench.png: samples/s vs workers, one panel per model).
 """
 
@@ -54,7 +65,9 @@ import tempfile
 
 import torch
 
-from hogwild.bench.recipes import LR, MODELS, MODES, build, plan, recipe
+from hogwild.bench.ddp import run_ddp
+from hogwild.bench.fixed import cli_run, print_breakdowns
+from hogwild.bench.recipes import LR, MODELS, MODES, TEST_SAMPLES, build, plan, recipe
 from hogwild.bench.report import add_ratios, machine_info, plot, print_table
 from hogwild.bench.runs import PeakPSS, run_framework, run_plain, start_forkserver
 
@@ -86,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
         "--out", default="bench.json", help="where to write the JSON (the PNG goes next to it)"
     )
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument(
+        "--no-cli", action="store_true", help="skip the whole CLI run (its fixed-cost breakdown)"
+    )
     return p
 
 
@@ -121,9 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(runs, mode, args.samples)
     add_ratios(rows)
     print_table(rows)
+    cli = None
+    if not args.no_cli:  # a whole command, in a fresh interpreter: what a user's run pays first
+        dense = [m for m in models if m in ("mlp", "convnet")] or ["mlp"]
+        samples = args.samples or mode["samples"][dense[0]]
+        with tempfile.TemporaryDirectory(prefix="hogwild-bench-cli-") as workdir:
+            cli = cli_run(dense[0], samples, TEST_SAMPLES, workdir)
+    print_breakdowns(rows, cli)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"machine": info, "rows": rows}, f, indent=2)
+        json.dump({"machine": info, "rows": rows, "cli_run": cli}, f, indent=2)
     print(f"wrote {args.out}")
     if not args.no_plot:
         png = os.path.splitext(args.out)[0] + ".png"
@@ -161,14 +184,16 @@ def measure(runs: list[tuple], mode: dict, samples: int | None) -> list[dict]:
             )
             model, data = build(model_name, num_samples)
             try:
+                setting = (model, data, start, strategy, n, threads)
                 with PeakPSS() as pss:
                     if impl == "plain":
-                        result = run_plain(
-                            model, data, start, strategy, n, threads, recipe(model_name)
-                        )
-                    else:
+                        result = run_plain(*setting, recipe(model_name))
+                    elif impl == "ddp":
+                        result = run_ddp(*setting, recipe(model_name))
+                    else:  # framework-step: the loss published every step
+                        every = 1 if impl == "framework-step" else 10
                         result = run_framework(
-                            model, data, start, strategy, n, threads, workdir, recipe(model_name)
+                            *setting, workdir, recipe(model_name), log_every=every
                         )
                 row.update(
                     {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()}

@@ -17,6 +17,10 @@ SPARSE = {"mf": dict(batch=256, lr=0.1), "sparse": dict(batch=64, lr=0.5)}
 MODELS = ("mlp", "convnet", *SPARSE)
 
 
+# Rows besides plain and framework, for the dense models (mlp, convnet), in the fork setting:
+# the framework reporting its loss every step, and torch DDP (gloo) with one process per worker.
+EXTRA_IMPLS = ("framework-step", "ddp")
+
 MODES = {  # samples per run (1 epoch), which (start method, strategy) pairs, best single process?
     "tiny": dict(
         models=["mlp"],
@@ -89,6 +93,8 @@ def plan(mode: dict, models: list[str], workers: list[int], cores: int) -> list[
                 for impl in ("plain", "framework"):
                     if (start, strategy) in mode[impl]:
                         runs.append((model, impl, start, strategy, n, 1))
+            if model not in SPARSE and n > 1:
+                runs += [(model, impl, "fork", FD, n, 1) for impl in EXTRA_IMPLS]
         if mode["single"] and cores > 1:  # 1 process x all cores, in the plain loop's settings
             runs += [
                 (model, impl, start, strategy, 1, cores)

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+BASE_IMPL = {"framework-step": "framework", "ddp": "plain"}
+
 
 def add_ratios(rows: list[dict]) -> None:
     def find(**want):
@@ -30,7 +32,8 @@ def add_ratios(rows: list[dict]) -> None:
         )
 
     for r in rows:
-        same = dict(model=r["model"], impl=r["impl"])
+        # the extra rows scale against the 1-worker row they differ from (hogwild.bench.recipes)
+        same = dict(model=r["model"], impl=BASE_IMPL.get(r["impl"], r["impl"]))
         r["speedup"] = ratio(
             r,
             find(
@@ -53,7 +56,10 @@ def add_ratios(rows: list[dict]) -> None:
             model=r["model"], impl="plain", num_workers=r["num_workers"], threads=r["threads"]
         )
         ref = find(**key, start_method=r["start_method"]) or find(**key, start_method="fork")
-        r["vs_plain"] = ratio(r, ref) if r["impl"] == "framework" else None
+        framework = r["impl"] in ("framework", "framework-step")
+        r["vs_plain"] = ratio(r, ref) if framework else None
+        ddp = find(model=r["model"], impl="ddp", num_workers=r["num_workers"])
+        r["vs_ddp"] = ratio(r, ddp) if framework else None
 
 
 def print_cells(cells: list[list[str]], left: int) -> None:
@@ -82,6 +88,7 @@ def print_table(rows: list[dict]) -> None:
         ("speed-up", "speedup", "{:.2f}x"),
         ("vs 1proc", "vs_single_process", "{:.2f}x"),
         ("fw/plain", "vs_plain", "{:.2f}"),
+        ("fw/ddp", "vs_ddp", "{:.2f}"),
         ("start-up s", "startup_seconds", "{:.2f}"),
         ("PSS MB", "pss_mb", "{:,.0f}"),
     ]

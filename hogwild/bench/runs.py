@@ -55,10 +55,16 @@ def run_plain(
         )
         for r in range(num_workers)
     ]
+    return gather(procs, queue, "plain worker", t0)
+
+
+def gather(procs, queue, what: str, t0: float) -> dict:
+    """Start the processes, collect one (rank, samples, first step, last step) from each,
+    join them; the row's figures (steady state: all samples / first to last step)."""
     for p in procs:
         p.start()
     results = []
-    while len(results) < num_workers:  # results first, then join: a full queue would block exit
+    while len(results) < len(procs):  # results first, then join: a full queue would block exit
         try:
             results.append(queue.get(timeout=1.0))
         except queue_lib.Empty:
@@ -66,7 +72,7 @@ def run_plain(
                 for p in procs:
                     p.kill()
                 codes = [p.exitcode for p in procs]
-                raise RuntimeError(f"plain worker died: exit codes {codes}") from None
+                raise RuntimeError(f"{what} died: exit codes {codes}") from None
     for p in procs:
         p.join()
     samples = sum(r[1] for r in results)
@@ -122,10 +128,8 @@ def run_framework(
     shutil.rmtree(out, ignore_errors=True)
     if s["status"] != "completed":
         raise RuntimeError(f"framework run {s['status']}: {s.get('error')}")
-    return {
-        k: s.get(k)
-        for k in ("samples_per_second", "train_seconds", "startup_seconds", "wall_seconds")
-    } | {"samples": s["total_samples"]}
+    keys = ("samples_per_second", "train_seconds", "startup_seconds", "wall_seconds", "fixed_costs")
+    return {k: s.get(k) for k in keys} | {"samples": s["total_samples"]}
 
 
 class PeakPSS:

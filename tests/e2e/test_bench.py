@@ -68,6 +68,20 @@ def test_tiny_benchmark_writes_a_row_per_run_with_positive_figures_and_a_plot(tm
     )
     for row in framework:
         assert row["vs_plain"] > 0
+    # the every-step reporting row and the DDP row, with the framework's ratio over DDP
+    impls = {r["impl"]: r for r in rows if r["num_workers"] == 2}
+    assert {"framework", "framework-step", "ddp"} <= set(impls)
+    assert impls["framework-step"]["vs_plain"] > 0 and impls["framework"]["vs_ddp"] > 0
+    assert impls["ddp"]["samples"] == 1024  # both ranks' whole batches: 2 x 8 x 64
+    # the fixed costs: every framework row's, and one whole CLI run's, adding up to its wall clock
+    costs = report["cli_run"]["fixed_costs"]
+    for phase in ("python_and_imports", "config", "torch_import", "data_and_model", "checks",
+                  "start_to_first_step", "training", "final_evaluation", "final_checkpoint"):  # fmt: skip
+        assert costs[phase] >= 0, phase
+    parts = sum(v for k, v in costs.items() if k not in ("fixed_total", "during_training"))
+    assert parts == pytest.approx(report["cli_run"]["wall_seconds"], abs=0.05)
+    assert all(r["fixed_costs"]["fixed_total"] > 0 for r in framework)
+    assert "fixed costs" in result.stdout and "torch_import" in result.stdout
     assert (out.parent / "bench.png").stat().st_size > 0
     assert "samples/s" in result.stdout  # the table header
 
