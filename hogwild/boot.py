@@ -13,11 +13,12 @@ Nothing here imports torch, so the CLI can call `fork_server` first thing.
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 
-from hogwild import lifetime
+from hogwild import lifetime, server_guard
 
-PRELOAD = ["hogwild.worker", "torch._dynamo"]
+PRELOAD = ["hogwild.server_guard", "hogwild.worker", "torch._dynamo"]
 _dynamo: threading.Thread | None = None
 
 
@@ -34,7 +35,11 @@ def fork_server(start_method: str) -> None:
             # torch and torch._dynamo are imported once, in the fork server; each worker is then
             # a cheap fork of it. The same server as torch.multiprocessing's forkserver context.
             forkserver.set_forkserver_preload(PRELOAD)
-            forkserver.ensure_running()
+            os.environ[server_guard.PARENT_ENV] = str(os.getpid())  # hogwild.server_guard
+            try:
+                forkserver.ensure_running()
+            finally:
+                del os.environ[server_guard.PARENT_ENV]
 
 
 def import_dynamo() -> None:

@@ -53,6 +53,9 @@ def run_job(cfg, started_at: float | None = None) -> int:
         _remove_if_empty(output_dir)  # Hydra made it for this run; a refused run leaves nothing
         print(f"hogwild: error: {e.cli or e}", file=sys.stderr)
         return 2
+    except Interrupted:  # before the run started (its records are written once it has)
+        _remove_if_empty(output_dir)
+        raise
     _FINISHED.append(trainer)  # its shared tensors live until the process exits (see run())
     try:
         return _report(trainer)
@@ -98,7 +101,20 @@ def _remove_if_empty(folder: str) -> None:
 def _train(run, raw: dict, started_at: float | None, save_config=lambda: None):
     import contextlib
 
-    from hogwild import boot, timeline
+    from hogwild import run_folder
+
+    # A single node holds its run folder from the start: a Ctrl-C while torch is imported
+    # then leaves no folder behind (the claim removes a fresh one that never started). Under
+    # torchrun only rank 0 claims it, once the nodes have met (below).
+    single = run.distributed.mode != "torchrun"
+    with run_folder.claim(run.output_dir) if single else contextlib.nullcontext():
+        return _start(run, raw, started_at, save_config)
+
+
+def _start(run, raw: dict, started_at: float | None, save_config):
+    import contextlib
+
+    from hogwild import boot, run_folder, timeline
 
     # the fork server's interpreter imports torch while this one does
     with timeline.phase("fork_server_launch"):
@@ -107,7 +123,6 @@ def _train(run, raw: dict, started_at: float | None, save_config=lambda: None):
         import torch
     boot.import_dynamo()  # in a thread, while the data is built
 
-    from hogwild import run_folder
     from hogwild.node import LocalNode
 
     # Before any torch work in this process: an OpenMP pool used here and then inherited
