@@ -127,18 +127,24 @@ def nearest_class_mean_accuracy(s: DataSplits) -> float:
     return (pred == s.test_y).float().mean().item()
 
 
-def test_synthetic_shapes():
-    s = make_synthetic(num_samples=100, num_test_samples=30, input_shape=(3, 4, 5), num_classes=4)
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 28, 28), (3, 32, 32), (3, 4, 5), (2, 1, 9), (20, 5), (1, 1, 1), (64,), (20,), (1,)],
+)
+def test_synthetic_shapes(shape):
+    s = make_synthetic(num_samples=100, num_test_samples=30, input_shape=shape, num_classes=4)
     assert s.name == "synthetic" and s.num_classes == 4
-    assert s.train_x.shape == (100, 3, 4, 5) and s.test_x.shape == (30, 3, 4, 5)
+    assert s.train_x.shape == (100, *shape) and s.test_x.shape == (30, *shape)
     assert s.train_x.dtype == torch.float32 and s.train_y.dtype == torch.int64
     assert torch.bincount(s.train_y).tolist() == [25, 25, 25, 25]  # balanced
-    assert s.test_y.min() >= 0 and s.test_y.max() <= 3
-    assert s.train_x.is_contiguous()
+    assert sorted(torch.bincount(s.test_y).tolist()) == [7, 7, 8, 8]
+    assert s.train_x.is_contiguous() and s.test_x.is_contiguous()
+    assert torch.isfinite(s.train_x).all() and torch.isfinite(s.test_x).all()
 
 
-def test_synthetic_seeded_and_disjoint():
-    kw = dict(num_samples=100, num_test_samples=100, input_shape=(16,))
+@pytest.mark.parametrize("shape", [(16,), (1, 28, 28), (3, 6, 7)])
+def test_synthetic_seeded_and_disjoint(shape):
+    kw = dict(num_samples=100, num_test_samples=100, input_shape=shape)
     a, b, c = (
         make_synthetic(seed=3, **kw),
         make_synthetic(seed=3, **kw),
@@ -148,7 +154,7 @@ def test_synthetic_seeded_and_disjoint():
         assert torch.equal(getattr(a, name), getattr(b, name))
     assert not torch.equal(a.train_x, c.train_x)
     # Train and test are different draws, not overlapping slices of one stream.
-    assert torch.cdist(a.test_x, a.train_x).min() > 1e-3
+    assert torch.cdist(a.test_x.flatten(1), a.train_x.flatten(1)).min() > 1e-3
     # Nor is one seed's test set another seed's train set.
     assert not torch.equal(c.train_x, a.test_x)
 
@@ -156,17 +162,73 @@ def test_synthetic_seeded_and_disjoint():
 def test_synthetic_default_is_learnable_not_trivial_and_normalised():
     s = make_synthetic(num_samples=5000, num_test_samples=2000, seed=0)
     assert s.input_shape == (1, 28, 28)
-    assert abs(s.train_x.mean().item()) < 0.02 and abs(s.train_x.std().item() - 1) < 0.02
+    for x in (s.train_x, s.test_x):
+        assert abs(x.mean().item()) < 0.02 and abs(x.std().item() - 1) < 0.02
+    # Far above chance (0.1), not trivially perfect; train and test come from one distribution.
     acc = nearest_class_mean_accuracy(s)
     assert 0.9 < acc < 0.995, acc
 
 
-def test_synthetic_noise_controls_difficulty():
-    kw = dict(num_samples=2000, num_test_samples=1000, input_shape=(1, 8, 8))
-    assert nearest_class_mean_accuracy(make_synthetic(noise=0.5, **kw)) > 0.99
+def test_synthetic_labels_carry_the_signal():
+    """The same inputs with shuffled labels leave nothing to learn: the check above cannot pass
+    on noise."""
+    s = make_synthetic(num_samples=5000, num_test_samples=2000, seed=0)
+    g = torch.Generator().manual_seed(0)
+    s.train_y = s.train_y[torch.randperm(s.num_train, generator=g)]
+    assert nearest_class_mean_accuracy(s) < 0.15
+
+
+def test_synthetic_prototypes_are_smooth_orthogonal_images():
+    """noise=0, max_shift=0: every sample is exactly its class's prototype; the prototypes are
+    smooth (neighbouring pixels alike), zero-mean, of equal size and orthogonal, so that every
+    pair of classes is as far apart as every other whatever the seed."""
+    s = make_synthetic(num_samples=100, num_test_samples=10, noise=0.0, max_shift=0, seed=5)
+    assert len(torch.unique(s.train_x.flatten(1), dim=0)) == 10
+    protos = torch.stack([s.train_x[s.train_y == c][0].flatten() for c in range(10)])
+    gram = protos @ protos.T
+    assert torch.allclose(gram, 783 * torch.eye(10), atol=1e-2)  # unit variance over 784 pixels
+    assert protos.mean(1).abs().max() < 1e-5
+    images = protos.view(10, 28, 28)
+    right = torch.corrcoef(torch.stack([images[:, :, :-1].flatten(), images[:, :, 1:].flatten()]))
+    assert right[0, 1] > 0.8
+    # blur=0: i.i.d. pixels, no spatial structure
+    s = make_synthetic(num_samples=100, num_test_samples=10, noise=0.0, blur=0.0, seed=5)
+    x = s.train_x[:, 0]
+    right = torch.corrcoef(torch.stack([x[:, :, :-1].flatten(), x[:, :, 1:].flatten()]))
+    assert abs(right[0, 1]) < 0.1
+
+
+def test_synthetic_samples_are_shifted_prototypes():
+    """noise=0: every sample is its class's prototype shifted by up to max_shift pixels each
+    way, all (2 * max_shift + 1)^2 shifts drawn; a shift of one pixel moves the image by one."""
+    s = make_synthetic(num_samples=2000, num_test_samples=10, noise=0.0, max_shift=2)
+    x = s.train_x[s.train_y == 0][:, 0]  # (n, 28, 28)
+    views = torch.unique(x.flatten(1), dim=0).view(-1, 28, 28)
+    assert len(views) == 25
+    # some two views are the same image one pixel apart, across and down
+    inner = views[:, 1:-1, 1:-1]
+    across = (views[:, None, 1:-1, 2:] - inner[None]).abs().amax((2, 3))
+    down = (views[:, None, 2:, 1:-1] - inner[None]).abs().amax((2, 3))
+    assert across.min() < 1e-6 and down.min() < 1e-6
+    # feature vectors are not shifted: one row per class
+    s = make_synthetic(num_samples=200, num_test_samples=10, noise=0.0, input_shape=(64,))
+    assert len(torch.unique(s.train_x, dim=0)) == 10
+
+
+@pytest.mark.parametrize(
+    "shape, knobs",
+    [((1, 8, 8), dict(blur=1.0, max_shift=1)), ((64,), {}), ((1, 28, 28), dict(max_shift=3))],
+)
+def test_synthetic_noise_controls_difficulty(shape, knobs):
+    kw = dict(num_samples=2000, num_test_samples=1000, input_shape=shape, **knobs)
+    assert nearest_class_mean_accuracy(make_synthetic(noise=0.5, **kw)) > 0.9
     assert nearest_class_mean_accuracy(make_synthetic(noise=50.0, **kw)) < 0.3
-    clean = make_synthetic(noise=0.0, **kw)  # every sample is exactly its class's prototype
-    assert len(torch.unique(clean.train_x.flatten(1), dim=0)) == 10
+
+
+@pytest.mark.parametrize("knobs", [dict(blur=1e9), dict(blur=1e-9), dict(max_shift=40)])
+def test_synthetic_extreme_knobs_still_give_finite_unit_variance_data(knobs):
+    s = make_synthetic(num_samples=500, num_test_samples=10, noise=0.0, **knobs)
+    assert torch.isfinite(s.train_x).all() and abs(s.train_x.std().item() - 1) < 0.1
 
 
 def test_synthetic_ignores_root_and_download(tmp_path):
@@ -191,6 +253,14 @@ def test_synthetic_ignores_root_and_download(tmp_path):
         ("noise", -0.1),
         ("noise", float("nan")),
         ("noise", float("inf")),
+        ("noise", "7"),
+        ("max_shift", -1),
+        ("max_shift", 1.5),
+        ("max_shift", True),
+        ("blur", -0.5),
+        ("blur", float("nan")),
+        ("blur", float("inf")),
+        ("blur", None),
     ],
 )
 def test_synthetic_bad_arguments(key, value):
