@@ -1,6 +1,7 @@
 """The framework's hot-path tax: the same Hogwild job through a plain hand-written loop and
 through `hogwild.Trainer`, reporting every 10 steps (the default), every step and every 100
-steps; runs interleaved, medians of the repeats.
+steps, and the same job under torch DDP (gloo, one process per worker); runs interleaved,
+medians of the repeats.
 
     python scripts/hot_path.py                      # MLP 784-256-10, 2 workers x 1 thread, fork,
                                                     # 60,000 samples x 4 epochs, 5 repeats (~3 min)
@@ -8,7 +9,8 @@ steps; runs interleaved, medians of the repeats.
 
 samples/s is the steady state (all samples / first to last optimizer step, every worker
 together), the figure `hogwild bench` reports. The ratios divide each framework median by the
-plain loop's median; 1.00 means the framework costs nothing.
+plain loop's median; 1.00 means the framework costs nothing. The last column is the framework
+(every 10) over the plain loop and over DDP.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import tempfile
 
 import torch
 
+from hogwild.bench.ddp import run_ddp
 from hogwild.bench.recipes import build, recipe
 from hogwild.bench.runs import run_framework, run_plain
 
-KINDS = {"plain": None, "every 10": 10, "every step": 1, "every 100": 100}
+KINDS = {"plain": None, "every 10": 10, "every step": 1, "every 100": 100, "ddp": "ddp"}
 
 
 def main() -> None:
@@ -46,6 +49,8 @@ def main() -> None:
                 common = (model, data, args.start_method, "file_descriptor", args.workers, 1)
                 if every is None:
                     r = run_plain(*common, recipe("mlp"), epochs=args.epochs)
+                elif every == "ddp":
+                    r = run_ddp(*common, recipe("mlp"), epochs=args.epochs)
                 else:
                     r = run_framework(
                         *common, workdir, recipe("mlp"), epochs=args.epochs, log_every=every
@@ -53,9 +58,10 @@ def main() -> None:
                 runs[kind].append(r["samples_per_second"])
                 print(f"[{i + 1}/{args.repeats}] {kind:<10} {r['samples_per_second']:>10,.0f}/s")
     medians = {k: statistics.median(v) for k, v in runs.items()}
-    print(f"\n{'run':<12}{'median samples/s':>18}{'/ plain':>9}")
+    print(f"\n{'run':<12}{'median samples/s':>18}{'/ plain':>9}{'framework / it':>16}")
     for kind, m in medians.items():
-        print(f"{kind:<12}{m:>18,.0f}{m / medians['plain']:>9.3f}")
+        vs = f"{medians['every 10'] / m:>16.2f}" if kind in ("plain", "ddp") else ""
+        print(f"{kind:<12}{m:>18,.0f}{m / medians['plain']:>9.3f}{vs}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "runs": runs, "medians": medians}, f, indent=2)
