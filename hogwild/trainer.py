@@ -100,7 +100,46 @@ class Trainer:
 
     def _fit(self, folder: run_folder.Claim) -> dict[str, Any]:
         t_fit = time.monotonic()
-        boot.fork_server(self.cfg.start_method)  # it boots while the run is checked and shared
+        plan = self._prepare()
+        # file_system: share_memory() may start torch_shm_manager
+        with lifetime.born_deaf(), timeline.phase("sharing"):
+            task, control, optimizer_state = share(self, plan)
+        # Held as long as the Trainer: the CLI keeps it until the process exits, since freeing a
+        # file_system tensor after torch_shm_manager died aborts the process (hogwild.cli.run).
+        self.shared = (task, control, optimizer_state)
+        self.node.attach(list(self.model.parameters()), control.progress)
+        self.node.broadcast(
+            [*self.model.parameters(), *self.model.buffers(), *optim_state.tensors(optimizer_state)]
+        )
+        spec = worker_spec(self, plan, task)
+        # The model and the task's tensors are referenced here until the supervisor has joined
+        # every worker (the finally below): a CUDA producer must outlive the consumers of its tensors.
+        supervisor = Supervisor(
+            self.cfg.start_method,
+            run_worker,
+            lambda rank: (spec, self.model, control, optimizer_state),
+        )
+        with SignalRelay() as signals:
+            loop = RunLoop(self, plan, control, optimizer_state, supervisor, signals, t_fit)
+            try:
+                self._announce()
+                folder.started = True  # from here on the run's files are kept, whatever happens
+                timeline.mark("launch")
+                for rank in range(self.cfg.num_workers):
+                    supervisor.start(rank)
+                loop.watch()
+            except BaseException as e:
+                loop.apply(RunFailed(f"orchestrator error: {type(e).__name__}: {e}"))
+                raise
+            finally:
+                supervisor.terminate()
+                timeline.mark("joined")
+                self.summary = finish(loop)
+        return self.summary.to_dict()
+
+    def _prepare(self) -> preflight.Plan:
+        """Everything that can refuse the run (hogwild.preflight), while the fork server boots."""
+        boot.fork_server(self.cfg.start_method)
         boot.import_dynamo()  # the optimizer check needs it; fork workers inherit it
         with timeline.phase("checks"):
             plan = preflight.prepare(
@@ -122,93 +161,59 @@ class Trainer:
                 f"{int(plan.progress[:, Control.SAMPLES].sum()):,}",
                 self.workload.unit,
             )
-        # file_system: share_memory() may start torch_shm_manager
-        with lifetime.born_deaf(), timeline.phase("sharing"):
-            task, control, optimizer_state = self._share(plan)
-        # Held as long as the Trainer: the CLI keeps it until the process exits, since freeing a
-        # file_system tensor after torch_shm_manager died aborts the process (hogwild.cli.run).
-        self.shared = (task, control, optimizer_state)
-        self.node.attach(list(self.model.parameters()), control.progress)
-        self.node.broadcast(
-            [*self.model.parameters(), *self.model.buffers(), *optim_state.tensors(optimizer_state)]
-        )
-        spec = self._spec(plan, task)
-        # The model and the task's tensors are referenced here until the supervisor has joined
-        # every worker (the finally below): a CUDA producer must outlive the consumers of its tensors.
-        supervisor = Supervisor(
-            self.cfg.start_method,
-            run_worker,
-            lambda rank: (spec, self.model, control, optimizer_state),
-        )
-        with SignalRelay() as signals:
-            loop = RunLoop(self, plan, control, optimizer_state, supervisor, signals, t_fit)
-            try:
-                log.info(
-                    "training %s on %s: %s, %s (%s, %s, %s each)",
-                    type(self.model).__name__,
-                    self.workload.name,
-                    self.workload.describe(),
-                    plural(self.cfg.num_workers, "worker"),
-                    self.cfg.start_method,
-                    self.cfg.sharing_strategy,
-                    plural(self.cfg.threads_per_worker, "thread"),
-                )
-                folder.started = True  # from here on the run's files are kept, whatever happens
-                timeline.mark("launch")
-                for rank in range(self.cfg.num_workers):
-                    supervisor.start(rank)
-                loop.watch()
-            except BaseException as e:
-                loop.apply(RunFailed(f"orchestrator error: {type(e).__name__}: {e}"))
-                raise
-            finally:
-                supervisor.terminate()
-                timeline.mark("joined")
-                self.summary = finish(loop)
-        return self.summary.to_dict()
+        return plan
 
-    def _share(self, plan: preflight.Plan):
-        sharing.set_sharing_strategy(self.cfg.sharing_strategy)
-        self.model.to(plan.device)
-        if (
-            plan.layout.channels_last
-        ):  # 4-D weights only; the shared data is laid out to match, once
-            self.model.to(memory_format=torch.channels_last)
-        self.model.zero_grad(set_to_none=True)  # each worker allocates its own grads
-        self.model.share_memory()  # CUDA tensors need no move: they are shared through CUDA IPC
-        task = self.workload.task(
-            plan.device if plan.data_on_device else torch.device("cpu"), plan.layout
-        )
-        state: optim_state.State = []
-        if (
-            self.shared_optimizer
-        ):  # built on the device, in the layout, the workers' parameters have
-            state = optim_state.build(self.optimizer_factory, list(self.model.parameters()))
-            if (
-                self.node.is_writer and plan.resume_from
-            ):  # other nodes receive rank 0's with the weights
-                optim_state.restore_or_warn(state, plan.optimizer_state, plan.resume_from)
-            optim_state.share(state)
-            preflight.check_fds(plan.num_shared + len(optim_state.tensors(state)), self.cfg)
-        control = Control(self.cfg.num_workers)
-        if plan.progress is not None:
-            control.progress.copy_(plan.progress)
-        return task, control, state
-
-    def _spec(self, plan: preflight.Plan, task) -> WorkerSpec:
+    def _announce(self) -> None:
         c = self.cfg
-        return WorkerSpec(
-            num_workers=c.num_workers,
-            seed=c.seed,
-            threads=c.threads_per_worker,
-            sharing_strategy=c.sharing_strategy,
-            device=str(plan.device),
-            log_every_n_steps=c.log_every_n_steps,
-            optimizer_factory=self.optimizer_factory,
-            skip_nonfinite=c.skip_nonfinite,
-            schedule=self.schedule,
-            total_units=self.workload.total_units,
-            orchestrator_pid=os.getpid(),
-            task=task,
-            stack_dir=self.stack_dir,
+        log.info(
+            "training %s on %s: %s, %s (%s, %s, %s each)",
+            type(self.model).__name__,
+            self.workload.name,
+            self.workload.describe(),
+            plural(c.num_workers, "worker"),
+            c.start_method,
+            c.sharing_strategy,
+            plural(c.threads_per_worker, "thread"),
         )
+
+
+def share(t: Trainer, plan: preflight.Plan):
+    """The run's tensors into shared memory (or onto the GPU): the model (in the plan's layout),
+    the workload's tensors, the shared optimizer state if any, and the control block."""
+    sharing.set_sharing_strategy(t.cfg.sharing_strategy)
+    t.model.to(plan.device)
+    if plan.layout.channels_last:  # 4-D weights only; the shared data is laid out to match, once
+        t.model.to(memory_format=torch.channels_last)
+    t.model.zero_grad(set_to_none=True)  # each worker allocates its own grads
+    t.model.share_memory()  # CUDA tensors need no move: they are shared through CUDA IPC
+    task = t.workload.task(plan.device if plan.data_on_device else torch.device("cpu"), plan.layout)
+    state: optim_state.State = []
+    if t.shared_optimizer:  # built on the device, in the layout, the workers' parameters have
+        state = optim_state.build(t.optimizer_factory, list(t.model.parameters()))
+        if t.node.is_writer and plan.resume_from:  # other nodes receive rank 0's with the weights
+            optim_state.restore_or_warn(state, plan.optimizer_state, plan.resume_from)
+        optim_state.share(state)
+        preflight.check_fds(plan.num_shared + len(optim_state.tensors(state)), t.cfg)
+    control = Control(t.cfg.num_workers)
+    if plan.progress is not None:
+        control.progress.copy_(plan.progress)
+    return task, control, state
+
+
+def worker_spec(t: Trainer, plan: preflight.Plan, task) -> WorkerSpec:
+    c = t.cfg
+    return WorkerSpec(
+        num_workers=c.num_workers,
+        seed=c.seed,
+        threads=c.threads_per_worker,
+        sharing_strategy=c.sharing_strategy,
+        device=str(plan.device),
+        log_every_n_steps=c.log_every_n_steps,
+        optimizer_factory=t.optimizer_factory,
+        skip_nonfinite=c.skip_nonfinite,
+        schedule=t.schedule,
+        total_units=t.workload.total_units,
+        orchestrator_pid=os.getpid(),
+        task=task,
+        stack_dir=t.stack_dir,
+    )
