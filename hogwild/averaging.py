@@ -16,9 +16,10 @@ round leaves every node with the same model.
 
 The figures (`figures()`, and per round for TensorBoard): `seconds`, the orchestrator's own time
 in the rounds it landed while its workers trained (snapshot, fold-in and any blocking wait; a
-checkpoint's write is not counted), of which `wait` blocked on the collective; `transfer`, the collectives' own duration once every node had joined;
-`in_flight`, start to sums (the wait for the slowest node, while the workers trained);
-`end_wait`, the time a node whose workers were done waited for the others' last rounds.
+checkpoint's write is not counted), of which `waited` blocked on the collective; `transfer`, the
+collectives' own duration once every node had joined; `in_flight`, start to sums (the wait for
+the slowest node, while the workers trained); `end_wait`, the time a node whose workers were
+done waited for the others' last rounds.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class Averaging:
         self.every.mark(self._local_steps())
         self.flight: Round | None = None  # the round in flight
         self.rounds, self.bytes = 0, 0
-        self.seconds = self.wait = self.transfer = self.in_flight = self.end_wait = 0.0
+        self.seconds = self.waited = self.transfer = self.in_flight = self.end_wait = 0.0
         self.final_table: torch.Tensor | None = None  # every node's progress, from the last round
         self._save: Callable[[torch.Tensor | None], None] | None = None  # a checkpoint asked for
         self.goal = False  # this node reached the run's goal; sent with every round from now
@@ -55,7 +56,7 @@ class Averaging:
             r = self.flight
             self._land(exact=False)
             self.seconds += r.cost
-            self.wait += r.waited
+            self.waited += r.waited
             out = {
                 "distributed/sync_seconds": r.cost,
                 "distributed/sync_wait_seconds": r.waited,
@@ -89,7 +90,7 @@ class Averaging:
         return {
             "sync_rounds": self.rounds,
             "sync_seconds": round(self.seconds, 4),
-            "sync_wait_seconds": round(self.wait, 4),
+            "sync_wait_seconds": round(self.waited, 4),
             "sync_transfer_seconds": round(self.transfer, 4),
             "sync_in_flight_seconds": round(self.in_flight, 4),
             "sync_end_wait_seconds": round(self.end_wait, 4),
