@@ -3,19 +3,20 @@
 Launch one orchestrator per node with torchrun (its rendezvous sets RANK / WORLD_SIZE /
 MASTER_ADDR / MASTER_PORT); each trains its node's shard of the data with its local Hogwild
 workers. Every `distributed.sync_every_n_steps` local steps (and/or `sync_every_seconds`), the
-orchestrators run one sync ROUND: an all-reduce (gloo on the CPU, nccl on CUDA) of all
-parameters, divided by the node count and written back into the shared parameters while the
-local workers keep training (model averaging, as in local SGD). A node whose workers have
-finished keeps joining rounds until every node has finished, so no collective is left waiting;
-the last round leaves every node with the same model. Only global rank 0 writes TensorBoard,
-checkpoints and summary.json; a failed collective (a node died, or no answer within
+orchestrators start one sync ROUND: an all-reduce (gloo on the CPU, nccl on CUDA) of a snapshot
+of all parameters, started without waiting; when the sums are in, the average is folded into the
+shared parameters (`params += avg - snapshot`) while the local workers keep training (overlapped
+model averaging, as in local SGD; `averaging.py`). A node whose workers have finished keeps
+joining rounds until every node has finished, so no collective is left waiting; the last round
+leaves every node with the same model. Only global rank 0 writes TensorBoard, checkpoints and
+summary.json; a failed collective (a node died, or no answer within
 `distributed.timeout_seconds`) ends the run on every node with that reason.
 
-Checkpoints are taken AT a round, where the nodes' models have just become one: rank 0 raises a
-flag in the round's all-reduce when its checkpoint is due, and every node then contributes its
-progress table (`gather_progress`), so the checkpoint holds all nodes' rows, rank-major. Before
-training, `agree` is the one collective that settles the run: every node's set-up outcome and
-facts, and rank 0's resume decision, so a refusal on any node ends every node with that line.
+Checkpoints are taken AT a round, where the nodes' models have just been averaged: rank 0 raises
+a flag in the round when its checkpoint is due, and every node sends its progress rows with every
+round, so the checkpoint holds all nodes' rows, rank-major. Before training, `agree` is the one
+collective that settles the run: every node's set-up outcome and facts, and rank 0's resume
+decision, so a refusal on any node ends every node with that line.
 
 The orchestrator talks to every run through one node object: `LocalNode` for one machine (it
 does nothing), `NodeSync` under torchrun, so its loop has no torchrun branches.
@@ -214,22 +215,22 @@ class NodeSync:
 
     def figures(self, mine: dict[str, Any]) -> dict[str, Any]:
         """The summary's `distributed` section; every node's figures when all got through."""
+        avg = self.averaging
+        sync = avg.figures() if avg else {}
         mine = {
             "rank": self.rank,
             **mine,
             "param_checksum": float(sum(p.detach().double().sum() for p in self.params)),
+            **{k: v for k, v in sync.items() if k.endswith("_seconds")},
         }
         # a collective: only when every node got through its final rounds (else it would wait)
         per_node = self._gather(mine) if mine["status"] == "completed" else [mine]
         rates = [p["samples_per_second"] for p in per_node]
-        avg = self.averaging
         table = avg.final_table if avg else None
         return {
             "world_size": self.world,
             "rank": self.rank,
-            "sync_rounds": avg.rounds if avg else 0,
-            "sync_seconds": round(avg.seconds, 4) if avg else 0.0,
-            "sync_bytes": avg.bytes if avg else 0,
+            **(sync or {"sync_rounds": 0, "sync_seconds": 0.0, "sync_bytes": 0}),
             "sync_every_n_steps": self.cfg.sync_every_n_steps,
             # the whole run's figures: every node's samples/s added up, and every node's samples
             "samples_per_second_all_nodes": round(sum(rates), 1)

@@ -7,7 +7,7 @@ with the same methods, collectives behind them:
     agree(facts, plan)    settle the run before training (a refusal anywhere ends every node)
     rows(table)           this node's rows of an all-node progress table
     attach / broadcast    what the rounds average; every node starts from rank 0's weights
-    tick(running)         a model-averaging round when one is due (its dashboard figures)
+    tick(running)         land the averaging round in flight, start one when due (figures)
     reach_goal()          this node solved the run's task; `goal_reached`: some node did
     checkpoint(save)      save now (one node) or at the next round, where the models are one
     finish()              keep joining rounds until every node is done

@@ -83,7 +83,22 @@ def test_two_loopback_nodes_train_and_end_with_the_same_model(tmp_path):
     checksums = [n["param_checksum"] for n in d["per_node"]]
     assert checksums[0] == pytest.approx(checksums[1], rel=1e-6)
     assert s["test_accuracy"] > 0.8
-    assert "distributed/sync_seconds" in tensorboard_tags(run_dir)
+    # the rounds overlap the training: the orchestrators never blocked on the collectives while
+    # their workers trained (they land a round once its sums are in)
+    for n in d["per_node"]:
+        assert 0 <= n["sync_wait_seconds"] <= n["sync_seconds"] < n["train_seconds"], n
+        assert 0 <= n["sync_transfer_seconds"] <= n["sync_in_flight_seconds"], n
+        assert n["sync_end_wait_seconds"] >= 0, n
+    assert {k: d[k] for k in d["per_node"][0] if k.startswith("sync_")} == {
+        k: v for k, v in d["per_node"][0].items() if k.startswith("sync_")
+    }  # the top-level figures are rank 0's own
+    tags = tensorboard_tags(run_dir)
+    for tag in ("seconds", "wait_seconds", "transfer_seconds", "in_flight_seconds", "bytes"):
+        assert f"distributed/sync_{tag}" in tags
+    # the same work on one node: as accurate
+    one = run_cli([*SMALL, "trainer.epochs=2", "trainer.num_workers=1"], tmp_path / "one")
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert abs(read_summary(tmp_path / "one")["test_accuracy"] - s["test_accuracy"]) <= 0.02
     assert "node 1: completed" in result.stdout
     assert "all nodes      2 nodes" in result.stdout and "samples/s      node 0: " in result.stdout
 
