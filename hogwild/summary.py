@@ -256,7 +256,9 @@ def _node_rows(d: dict | None) -> list[tuple[str, str]]:
         ),
         (
             "sync",
-            f"{d['sync_rounds']} rounds, {d['sync_seconds']:.2f} s, {d['sync_bytes'] / 2**20:,.1f} MiB",
+            f"{d['sync_rounds']} rounds, {d['sync_seconds']:.2f} s (waited "
+            f"{d.get('sync_wait_seconds') or 0:.2f} s, transfer {d.get('sync_transfer_seconds') or 0:.2f} s), "
+            f"{d['sync_bytes'] / 2**20:,.1f} MiB",
         ),
     ]
 
