@@ -146,10 +146,15 @@ def _start(run, raw: dict, started_at: float | None, save_config):
 
 
 def _fit(run, raw: dict, started_at: float | None, node):
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from hogwild import builders, timeline
+    from hogwild import builders, evaluation, timeline
     from hogwild.trainer import Trainer
+
+    # one job, and the process exits after it: the final evaluation may use every core
+    evaluation.last_run_in_process = HydraConfig.get().mode == RunMode.RUN
 
     with timeline.phase("data_and_model"):  # a data set, or an environment (A3C)
         data, model = builders.build_workload(run, node, started_at)

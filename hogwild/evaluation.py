@@ -23,20 +23,24 @@ import torch
 
 log = logging.getLogger("hogwild")
 
-# Whether this process's intra-op pool ever ran wider than one thread (`every_core`): a child
-# forked from it that asks for more than one thread would hang (hogwild.preflight.check_threads).
+# Whether the final evaluation may widen this process's intra-op pool: only in a process that
+# forks nothing after its run (the CLI running one job sets it). A process whose pool ran wide
+# hangs any child it forks that asks for more than one thread (OpenMP after fork): a Hydra
+# sweep's next job, or a Python API caller's own fork after `fit()`.
+last_run_in_process = False
+# Whether this process's intra-op pool ever ran wider than one thread (hogwild.preflight's
+# check_threads then refuses fork with several threads per worker).
 widened = False
 
 
 @contextlib.contextmanager
 def every_core(start_method: str) -> Iterator[None]:
     """The workers have exited: the final evaluation may use every core this process may
-    run on. Not when the workers are forked from this process (a Hydra sweep's next job, a
-    Python API caller's next run): OpenMP after fork hangs a child that asks for more threads
-    than one. Then it stays at one thread, as during training."""
+    run on, when nothing is forked from it afterwards (`last_run_in_process`) nor was during
+    the run (fork workers). Otherwise it stays at one thread, as during training."""
     global widened
     cores = len(os.sched_getaffinity(0))
-    if start_method == "fork" or cores == 1:
+    if not last_run_in_process or start_method == "fork" or cores == 1:
         yield
         return
     before = torch.get_num_threads()

@@ -52,14 +52,20 @@ def threads(monkeypatch):
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     monkeypatch.setattr(evaluation, "widened", False)
+    monkeypatch.setattr(evaluation, "last_run_in_process", True)  # the CLI's one job
     monkeypatch.setattr(evaluation.os, "sched_getaffinity", lambda pid: {0, 1, 2})
     return calls
 
 
-def test_the_final_evaluation_uses_every_core_unless_workers_fork_from_here(threads):
+def test_the_final_evaluation_uses_every_core_unless_workers_fork_from_here(threads, monkeypatch):
     with evaluation.every_core("fork"):
         pass
     assert threads == [] and not evaluation.widened
+    monkeypatch.setattr(evaluation, "last_run_in_process", False)  # a sweep, the Python API
+    with evaluation.every_core("forkserver"):
+        pass
+    assert threads == [] and not evaluation.widened
+    monkeypatch.setattr(evaluation, "last_run_in_process", True)
     before = torch.get_num_threads()
     with evaluation.every_core("forkserver"):
         assert threads == [3]
