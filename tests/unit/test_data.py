@@ -478,3 +478,17 @@ def test_mnist_bad_timeout(tmp_path, bad):
     with pytest.raises(DataError) as err:
         load_mnist(tmp_path, timeout=bad)
     assert f"data.timeout={bad!r}" in assert_one_line(err)
+
+
+def test_digits_reads_the_same_data_as_scikit_learn_without_importing_it(monkeypatch):
+    from sklearn.datasets import load_digits as sk_load_digits
+
+    from hogwild.data import digits
+
+    pixels, labels = digits._read()
+    bunch = sk_load_digits()
+    assert (pixels == bunch.data).all() and (labels == bunch.target).all()
+    # where the file is not found, scikit-learn's own loader gives the same
+    monkeypatch.setattr(digits.os.path, "isfile", lambda path: False)
+    again, again_labels = digits._read()
+    assert (again == pixels).all() and (again_labels == labels).all()
