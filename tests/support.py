@@ -89,6 +89,17 @@ def run_cli(
     )
 
 
+def run_example(name: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`python examples/<name>` as a user runs it: no Hydra, this environment, from `cwd`."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "examples" / name)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
+
+
 def run_sweep(args, sweep_dir: Path, timeout: float = 180) -> subprocess.CompletedProcess:
     """`python -m hogwild train -m ...`: a Hydra multirun, one run folder per job in sweep_dir."""
     cmd = [sys.executable, "-m", "hogwild", "train", "-m", f"hydra.sweep.dir={sweep_dir}", *args]

@@ -14,12 +14,12 @@ import psutil
 import torch
 
 from support import (
-    REPO,
     assert_nothing_left,
     cli_command,
     cli_env,
     free_port,
     read_summary,
+    run_example,
     start_run,
     tagged_processes,
     tensorboard_tags,
@@ -166,13 +166,7 @@ def test_a_goal_reached_on_rank_0_stops_every_torchrun_node(tmp_path):
 
 
 def test_the_custom_env_example_solves_its_corridor_without_hydra(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "a3c_custom_env.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    result = run_example("a3c_custom_env.py", tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "completed: solved=True" in result.stdout
     s = read_summary(tmp_path / "outputs" / "a3c_custom_env")

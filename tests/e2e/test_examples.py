@@ -7,19 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import REPO, read_summary
+from support import REPO, read_summary, run_example
 
 
 def test_python_api_example_trains_without_hydra_any_number_of_times(tmp_path):
     folders = []
     for _ in range(2):  # the second run gets a folder of its own
-        result = subprocess.run(
-            [sys.executable, str(REPO / "examples" / "python_api.py")],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            cwd=tmp_path,
-        )
+        result = run_example("python_api.py", tmp_path, timeout=180)
         assert result.returncode == 0, result.stderr
         assert "completed: test accuracy" in result.stdout
         folders.append(result.stdout.strip().rsplit(" in ", 1)[1])
