@@ -28,9 +28,9 @@ log = logging.getLogger("hogwild")
 # hangs any child it forks that asks for more than one thread (OpenMP after fork): a Hydra
 # sweep's next job, or a Python API caller's own fork after `fit()`.
 last_run_in_process = False
-# Whether this process's intra-op pool ever ran wider than one thread (hogwild.preflight's
-# check_threads then refuses fork with several threads per worker).
-widened = False
+# The most intra-op threads this process's pool has run with in `every_core` (0: never
+# widened); hogwild.preflight's check_threads then refuses fork with several threads per worker.
+widened = 0
 
 
 @contextlib.contextmanager
@@ -45,7 +45,7 @@ def every_core(start_method: str) -> Iterator[None]:
         return
     before = torch.get_num_threads()
     torch.set_num_threads(cores)
-    widened = True
+    widened = max(widened, cores)
     try:
         yield
     finally:

@@ -89,7 +89,7 @@ def check_writable(output_dir: str, model: torch.nn.Module, optimizer_copies: in
 
 
 def check_threads(cfg: TrainerConfig) -> None:
-    pool = max(torch.get_num_threads(), 2 if evaluation.widened else 1)
+    pool = max(torch.get_num_threads(), evaluation.widened)
     if cfg.start_method == "fork" and cfg.threads_per_worker > 1 and pool > 1:
         # OpenMP after fork: a child of a process whose thread pool has run (share_memory()
         # alone starts it) hangs forever in its first multi-threaded op. The CLI caps this

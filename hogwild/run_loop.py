@@ -39,8 +39,10 @@ from hogwild.run_state import (
 
 log = logging.getLogger("hogwild")
 
-# What the loop costs when nothing happens: ~10 wake-ups a second, each a few reads of the
-# shared table (~0.1 ms): about 0.1% of a core.
+# How often the loop looks at the shared table when no worker says anything: for the cadences
+# counted in steps, the stall watch and shutdown deadlines. Measured (MLP, 2 workers, 4 short
+# epochs): 36-41 wake-ups in 2.5-3.2 s of training cost 0.04-0.05 s of CPU in all, half of it
+# the per-epoch evaluations.
 POLL_SECONDS = 0.1
 
 
@@ -85,15 +87,7 @@ class RunLoop:
             optimizer_state,
             enabled=writer,
         )
-        if writer:  # other nodes log to their console only
-            os.makedirs(trainer.output_dir, exist_ok=True)
-            self.sinks = Sinks(
-                TensorBoardSink(os.path.join(trainer.output_dir, "tensorboard")),
-                ProgressBar(workload.total_units, self.initial, unit=workload.unit),
-            )
-            self.sinks.hparams(summary.hparams(trainer))  # a row in the HParams tab from the start
-        else:
-            self.sinks = NullSink()
+        self.sinks = dashboards(trainer, self.initial) if writer else NullSink()
 
     def watch(self) -> None:
         st = self.state
@@ -202,6 +196,19 @@ class RunLoop:
         self.window.flush(self.sinks)
         if values := staleness.scalars(self.control.staleness.numpy()):
             self.sinks.scalars(values, self.window.samples_seen)
+
+
+def dashboards(trainer, initial: int) -> Sinks:
+    """What the node that writes shows: TensorBoard and the progress bar (other nodes log to
+    their console only)."""
+    workload = trainer.workload
+    os.makedirs(trainer.output_dir, exist_ok=True)
+    sinks = Sinks(
+        TensorBoardSink(os.path.join(trainer.output_dir, "tensorboard")),
+        ProgressBar(workload.total_units, initial, unit=workload.unit),
+    )
+    sinks.hparams(summary.hparams(trainer))  # a row in the HParams tab from the start
+    return sinks
 
 
 class NoEvaluation:

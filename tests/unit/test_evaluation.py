@@ -51,7 +51,7 @@ def threads(monkeypatch):
     """torch.set_num_threads recorded, not applied: this process forks in other tests."""
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
-    monkeypatch.setattr(evaluation, "widened", False)
+    monkeypatch.setattr(evaluation, "widened", 0)
     monkeypatch.setattr(evaluation, "last_run_in_process", True)  # the CLI's one job
     monkeypatch.setattr(evaluation.os, "sched_getaffinity", lambda pid: {0, 1, 2})
     return calls
@@ -69,7 +69,7 @@ def test_the_final_evaluation_uses_every_core_unless_workers_fork_from_here(thre
     before = torch.get_num_threads()
     with evaluation.every_core("forkserver"):
         assert threads == [3]
-    assert threads == [3, before] and evaluation.widened
+    assert threads == [3, before] and evaluation.widened == 3
 
 
 def test_after_a_wide_evaluation_fork_with_several_threads_per_worker_is_refused(threads):
@@ -78,5 +78,5 @@ def test_after_a_wide_evaluation_fork_with_several_threads_per_worker_is_refused
         preflight.check_threads(cfg)  # a pool that never ran wide: fine
     with evaluation.every_core("spawn"):
         pass
-    with pytest.raises(ConfigError, match="has run 2 intra-op threads"):
+    with pytest.raises(ConfigError, match="has run 3 intra-op threads"):
         preflight.check_threads(cfg)
