@@ -100,6 +100,13 @@ class TrainerConfig:
     eval_batch_size: int = option(
         1000, "batch size of the orchestrator's evaluation passes", Int(1)
     )
+    eval_wait_seconds: float = option(
+        30.0,
+        "how long an evaluation due while the workers keep every core busy may wait for an "
+        "idle core (or the end of training) before it runs beside them; it scores the weights "
+        "of the moment it was due (0 = at once)",
+        Number(0.0),
+    )
     memory_format: str = option(
         "auto",
         "layout of 4-D weights and inputs (auto: channels_last for a model "

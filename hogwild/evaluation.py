@@ -53,6 +53,8 @@ def every_core(start_method: str) -> Iterator[None]:
 
 
 class SupervisedEvaluator:
+    idle_cores = True  # may run on the cores the workers leave idle (hogwild.idle_evaluation)
+
     def __init__(
         self,
         test_x: torch.Tensor,
@@ -133,6 +135,8 @@ class PolicyEvaluator:
     every `every` environment steps (all workers together), while the workers go on. The first
     evaluation whose mean return reaches `stop_at` solves the task: `goal()` then tells the run
     loop to stop the workers. `None` for `stop_at`: the run ends at its budget only."""
+
+    idle_cores = False  # its `goal` ends the run: evaluated in the run loop, on time
 
     def __init__(
         self,

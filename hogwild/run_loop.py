@@ -4,7 +4,8 @@ whether it is due, and finish.
     while a worker is alive:
         events (pipes + sentinels, signals, time) -> RunState.apply -> actions (restart, stop, ...)
         dashboards due?   checkpoint due?   a node-sync round due?   an evaluation due?
-    the last rounds with the other nodes; the final evaluation and checkpoint; the summary
+    the last rounds with the other nodes; the evaluations still waiting for an idle core;
+    the final evaluation and checkpoint; the summary
 
 Every component decides for itself when it is due (cadence, evaluator, node); the loop only asks.
 On a node other than torchrun's rank 0 the outputs are do-nothing objects: it evaluates and
@@ -22,6 +23,7 @@ from hogwild import evaluation, run_folder, staleness, summary, timeline
 from hogwild.checkpoint import Checkpointer
 from hogwild.dashboards import TensorBoardSink
 from hogwild.errors import NodeSyncError
+from hogwild.idle_evaluation import IdleEvaluations
 from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks
 from hogwild.protocol import Control, Log, Scalars
 from hogwild.run_state import (
@@ -88,6 +90,8 @@ class RunLoop:
             enabled=writer,
         )
         self.sinks = dashboards(trainer, self.initial) if writer else NullSink()
+        wait, idle = cfg.eval_wait_seconds, self.evaluator.idle_cores  # hogwild.idle_evaluation
+        self.idle = IdleEvaluations(self.evaluator.evaluate, wait) if idle else None
 
     def watch(self) -> None:
         st = self.state
@@ -119,13 +123,8 @@ class RunLoop:
                 self.apply(Finished("another node reached the run's goal"))
             label = self.evaluator.due(st.epochs_complete, self.window.samples_seen)
             if label and st.running:
-                self.flush()
-                with timeline.phase("evaluations"):  # overlaps the workers' training
-                    results = self.evaluator.evaluate(self.t.model, label)
-                self.sinks.scalars(results, self.window.samples_seen)
-                if reason := self.evaluator.goal():  # e.g. a policy that solved its task
-                    self.node.reach_goal()  # torchrun: the next rounds stop every node
-                    self.apply(Finished(reason))
+                evaluate(self, label)
+            report_evaluations(self)
         self.flush()
         # keep joining rounds until every node is done (the last one leaves all alike); a run
         # that reached its goal too, so that its rounds carry the news to the other nodes
@@ -214,6 +213,8 @@ def dashboards(trainer, initial: int) -> Sinks:
 class NoEvaluation:
     """Nodes other than rank 0 evaluate nothing: their cores go to their workers."""
 
+    idle_cores = False
+
     def due(self, epochs_complete: int, units: int) -> None:
         return None
 
@@ -235,13 +236,65 @@ def workload_scalars(event: Scalars) -> dict[str, float]:
     return out
 
 
+def evaluate(loop: RunLoop, label: str) -> None:
+    """On a core the workers leave idle when the evaluator allows it (hogwild.idle_evaluation),
+    else here, while the workers go on."""
+    loop.flush()  # the train/ charts get a point at every epoch's end, however short
+    units = loop.window.samples_seen
+    if loop.idle and loop.idle.submit(loop.t.model, label, units):
+        return
+    with timeline.phase("evaluations"):  # overlaps the workers' training
+        results = loop.evaluator.evaluate(loop.t.model, label)
+    loop.sinks.scalars(results, units)
+    if reason := loop.evaluator.goal():  # e.g. a policy that solved its task
+        loop.node.reach_goal()  # torchrun: the next rounds stop every node
+        loop.apply(Finished(reason))
+
+
+def report_evaluations(loop: RunLoop) -> None:
+    """Start a waiting evaluation if a core is idle; report those done, at the units they were
+    due at."""
+    if loop.idle is None:
+        return
+    loop.idle.poll()
+    for _, units, outcome in loop.idle.completed():
+        if isinstance(outcome, BaseException):
+            raise outcome  # as if it had run in the loop: the run fails with it
+        loop.sinks.scalars(outcome, units)
+
+
+def queued_evaluations(loop: RunLoop) -> bool:
+    """The idle-core evaluations still queued when the workers exit, run now on every core (a
+    fixed cost); a signal meanwhile drops those not started. False when some were dropped."""
+    idle = loop.idle
+    if idle is None:
+        return True
+    done = False
+    try:
+        with timeline.phase("queued_evaluations"), evaluation.every_core(loop.t.cfg.start_method):
+            done = not loop.state.force and idle.drain(lambda: bool(loop.signals.drain()))
+        report_evaluations(loop)
+    except Exception as e:  # noqa: BLE001 - an evaluation raised: the run fails, as in the loop
+        loop.state.fail_late(f"evaluation failed: {type(e).__name__}: {e}")
+    finally:
+        idle.close()
+        if idle.count:
+            timeline.add("idle_core_evaluations", idle.cpu_seconds, count=idle.count)
+    return done
+
+
 def finish(loop: RunLoop) -> summary.Summary:
     """The run after its workers: final evaluation and checkpoint (unless it failed), then the
     summary (written by rank 0 alone)."""
     st, t = loop.state, loop.t
+    drained = queued_evaluations(loop)
     if st.status in ("completed", "interrupted"):
-        if st.force:  # a second signal: the checkpoint and the summary, nothing that can wait
-            log.warning("second signal: no final evaluation; writing the checkpoint and summary")
+        if st.force or not drained:  # a second signal, or a signal while the queue ran out:
+            # the checkpoint and the summary, nothing that can wait
+            log.warning(
+                "%s: no final evaluation; writing the checkpoint and summary",
+                "second signal" if st.force else "signal",
+            )
         elif loop.evaluator.needs_final(st.status == "completed", loop.node.weights_change_at_end):
             with timeline.phase("final_evaluation"), evaluation.every_core(t.cfg.start_method):
                 results = loop.evaluator.evaluate(t.model, "final")

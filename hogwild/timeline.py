@@ -21,7 +21,8 @@ _phases: dict[str, list[float]] = {}  # name -> [first start, seconds in all, co
 _marks: dict[str, float] = {}
 
 # Phases that overlap the workers' training: listed apart, not subtracted from the wall clock.
-DURING_TRAINING = ("evaluations",)
+# `idle_core_evaluations`: the CPU seconds of hogwild.idle_evaluation's low-priority thread.
+DURING_TRAINING = ("evaluations", "idle_core_evaluations")
 
 
 def begin(started_at: float, before: dict[str, float] | None = None) -> None:
@@ -40,10 +41,10 @@ def started() -> bool:
     return "begin" in _marks
 
 
-def add(name: str, seconds: float, start: float | None = None) -> None:
+def add(name: str, seconds: float, start: float | None = None, count: int = 1) -> None:
     entry = _phases.setdefault(name, [start or time.time() - seconds, 0.0, 0])
     entry[1] += seconds
-    entry[2] += 1
+    entry[2] += count
 
 
 def mark(name: str) -> None:

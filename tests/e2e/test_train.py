@@ -206,3 +206,29 @@ def test_a_single_worker_never_reads_stale_weights(tmp_path):
     assert result.returncode == 0, result.stderr
     s = read_summary(run_dir)["staleness"]
     assert s["steps"] > 0 and s["max"] == 0.0 and s["mean"] == 0.0
+
+
+@pytest.mark.parametrize("wait", ["30", "0"])
+def test_every_epoch_is_evaluated_in_order_at_the_step_it_ended(tmp_path, wait):
+    """Two workers keep both cores busy: the per-epoch evaluations wait for the end of training
+    (or, with eval_wait_seconds=0, run at once beside the workers), and each is logged and
+    charted at the step its epoch ended, in order."""
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        [*SMALL, "trainer.epochs=4", "trainer.num_workers=2", f"trainer.eval_wait_seconds={wait}"],
+        run_dir,
+    )
+    assert result.returncode == 0, result.stderr
+    output = (result.stdout + result.stderr).splitlines()
+    lines = [line for line in output if ": test loss" in line]
+    assert [line.split("] ")[-1].split(":")[0] for line in lines] == [
+        f"epoch {e}/4" for e in range(1, 5)
+    ]
+    points = tensorboard_scalars(run_dir, "eval/accuracy")
+    steps = [step for step, _ in points]
+    assert len(points) == 4 and steps == sorted(steps) and len(set(steps)) == 4
+    s = read_summary(run_dir)
+    assert steps[-1] == s["total_samples"]
+    during = s["fixed_costs"]["during_training"]
+    assert during["idle_core_evaluations"]["count"] == 3, during  # epochs 1-3; 4 is the final
+    assert "queued_evaluations" in s["fixed_costs"]

@@ -1,0 +1,175 @@
+"""Evaluations during training that wait for a core the workers leave idle.
+
+    submit(model, label, units)   an evaluation is due: a snapshot of the shared weights
+    poll()                        every turn of the run loop: start the oldest snapshot in the
+                                  evaluation thread once a core is idle, or it has waited
+                                  `wait_seconds`
+    completed()                   the results that are ready, with the units they were due at
+    drain(interrupted)            after the workers: every snapshot still waiting, on every core
+
+An evaluation run beside workers that keep every core busy takes its CPU time from them: on
+two cores, rank 0's two evaluations of a 3-epoch torchrun run cost its node 5% of its training
+time, and made it the node every other node waits for. A core is idle when fewer threads are
+runnable than this process may use cores (/proc/stat's procs_running, this thread included),
+twice in a row; with one worker on two cores, or a GPU run, that is at once. On busy cores the
+evaluation waits, for `trainer.eval_wait_seconds` at most (then it runs beside the workers, as
+without this module), or until the workers exit. It scores the weights of the moment it was
+due, and its results go to TensorBoard at that moment's step: only the line in the log is late.
+At most `MAX_PENDING` snapshots wait (then the oldest runs at once); evaluations run in the
+order they were due. A model too large to hold that many copies of (`MAX_BYTES`) is evaluated
+in place by the run loop, as before.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+MAX_PENDING = 4  # snapshots waiting for an idle core
+MAX_BYTES = 1 << 30  # every copy this module may hold together
+Outcome = dict[str, float] | BaseException
+
+
+def runnable_threads() -> int | None:
+    """Threads runnable on the machine now (procs_running), None where /proc/stat is not."""
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("procs_running"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class IdleEvaluations:
+    def __init__(
+        self,
+        evaluate: Callable[[torch.nn.Module, str], dict[str, float]],
+        wait_seconds: float,
+        runnable: Callable[[], int | None] = runnable_threads,
+        cores: int | None = None,
+    ):
+        self.evaluate, self.wait_seconds, self.runnable = evaluate, wait_seconds, runnable
+        self.cores = cores or len(os.sched_getaffinity(0))
+        self.model: torch.nn.Module | None = None  # the thread's own copy, made at first use
+        self.waiting: collections.deque = collections.deque()  # (label, units, tensors, since)
+        self.queue: collections.deque = collections.deque()  # handed to the thread
+        self.ready: collections.deque = collections.deque()  # (label, units, outcome)
+        self.busy = self.stopped = self.in_place = False
+        self.idle_turns = 0
+        self.cpu_seconds, self.count = 0.0, 0  # the thread's own CPU time, its evaluations
+        self.cond = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, model: torch.nn.Module, label: str, units: int) -> bool:
+        """Hold a copy of `model`'s weights as they are now; False for a model too large to
+        hold `MAX_PENDING` copies of, or one deepcopy cannot copy (the caller then evaluates
+        in place, always). With
+        `MAX_PENDING` snapshots waiting, the oldest goes to the thread at once; with two
+        queued there, this waits for the thread (as an evaluation in place would)."""
+        tensors = list(model.state_dict().values())
+        size = sum(t.numel() * t.element_size() for t in tensors)
+        if self.in_place or (MAX_PENDING + 4) * size > MAX_BYTES:  # waiting, queued, running,
+            return False  # and the thread's copy
+        if self.model is None:
+            try:
+                self.model = copy.deepcopy(model)  # private memory: deepcopy does not share it
+            except Exception:  # noqa: BLE001 - a model that cannot be copied: evaluated in place
+                self.in_place = True
+                return False
+            self.thread = threading.Thread(target=self._run, name="hogwild-evaluation", daemon=True)
+            self.thread.start()
+        if len(self.waiting) >= MAX_PENDING:
+            self._release(1)
+        with self.cond:
+            while len(self.queue) > 1:
+                self.cond.wait()
+        self.waiting.append((label, units, [t.detach().clone() for t in tensors], time.monotonic()))
+        self.poll()
+        return True
+
+    def poll(self) -> None:
+        """Hand the oldest waiting snapshot to the thread when it is free and a core is idle
+        (twice in a row), or the snapshot has waited long enough."""
+        if not self.waiting:
+            self.idle_turns = 0
+            return
+        runnable = self.runnable()
+        idle = runnable is None or runnable - 1 < self.cores  # this thread is one of them
+        self.idle_turns = self.idle_turns + 1 if idle else 0
+        waited = time.monotonic() - self.waiting[0][3]
+        if (
+            not self.busy
+            and not self.queue
+            and (self.idle_turns >= 2 or waited >= self.wait_seconds)
+        ):
+            self._release(1)
+
+    def _release(self, n: int) -> None:
+        # with the intra-op threads the caller runs with now (one while the workers train, every
+        # core in the drain): a thread keeps the count it first ran with (OpenMP's is per thread)
+        threads = torch.get_num_threads()
+        with self.cond:
+            for _ in range(min(n, len(self.waiting))):
+                self.queue.append((*self.waiting.popleft()[:3], threads))
+            self.cond.notify_all()
+
+    def completed(self) -> list[tuple[str, int, Outcome]]:
+        out = []
+        while self.ready:
+            out.append(self.ready.popleft())
+        return out
+
+    def drain(self, interrupted: Callable[[], bool], poll: float = 0.1) -> bool:
+        """Run every snapshot still held; `interrupted()` is asked every `poll` seconds and
+        True drops those not started. True when all ran."""
+        self._release(len(self.waiting))
+        while True:
+            with self.cond:
+                if not self.queue and not self.busy:
+                    return True
+                if interrupted():
+                    self.queue.clear()
+                    return False
+                self.cond.wait(poll)
+
+    def close(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.waiting.clear()
+            self.queue.clear()
+            self.cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.queue and not self.stopped:
+                    self.cond.wait()
+                if not self.queue:
+                    return
+                label, units, snapshot, threads = self.queue.popleft()
+                self.busy = True
+            t0 = time.thread_time()
+            try:
+                if torch.get_num_threads() != threads:
+                    torch.set_num_threads(threads)
+                with torch.no_grad():  # grad mode is per thread: on in a new one
+                    for dst, src in zip(self.model.state_dict().values(), snapshot, strict=True):
+                        dst.copy_(src)
+                    del snapshot
+                    outcome: Outcome = self.evaluate(self.model, label)
+            except Exception as e:  # noqa: BLE001 - raised again by the run loop, in its thread
+                outcome = e
+            with self.cond:
+                self.cpu_seconds += time.thread_time() - t0
+                self.count += 1
+                self.ready.append((label, units, outcome))
+                self.busy = False
+                self.cond.notify_all()
