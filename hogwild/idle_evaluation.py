@@ -10,8 +10,8 @@
 An evaluation run beside workers that keep every core busy takes its CPU time from them: on
 two cores, rank 0's two evaluations of a 3-epoch torchrun run cost its node 5% of its training
 time, and made it the node every other node waits for. A core is idle when fewer threads are
-runnable than this process may use cores (/proc/stat's procs_running, this thread included),
-twice in a row; with one worker on two cores, or a GPU run, that is at once. On busy cores the
+runnable than this process may use cores (the kernel's count, this thread included), twice in a
+row; with one worker on two cores, or a GPU run, that is at once. On busy cores the
 evaluation waits, for `trainer.eval_wait_seconds` at most (then it runs beside the workers, as
 without this module), or until the workers exit. It scores the weights of the moment it was
 due, and its results go to TensorBoard at that moment's step: only the line in the log is late.
@@ -31,21 +31,20 @@ from collections.abc import Callable
 
 import torch
 
-MAX_PENDING = 4  # snapshots waiting for an idle core
+MAX_PENDING = 16  # snapshots waiting for an idle core (trainer.eval_wait_seconds bounds the wait)
 MAX_BYTES = 1 << 30  # every copy this module may hold together
 Outcome = dict[str, float] | BaseException
 
 
 def runnable_threads() -> int | None:
-    """Threads runnable on the machine now (procs_running), None where /proc/stat is not."""
+    """Threads runnable on the machine now (the kernel's nr_running, as /proc/loadavg's
+    `running/total` field says it: cheap on any core count, unlike /proc/stat), None where
+    there is no /proc."""
     try:
-        with open("/proc/stat") as f:
-            for line in f:
-                if line.startswith("procs_running"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
+        with open("/proc/loadavg") as f:
+            return int(f.read().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class IdleEvaluations:

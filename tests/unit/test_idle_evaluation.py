@@ -14,7 +14,7 @@ from tests.support import wait_until
 
 
 class Cores:
-    """A fake /proc/stat: how many threads are runnable."""
+    """A fake /proc/loadavg: how many threads are runnable."""
 
     def __init__(self, runnable: int):
         self.runnable = runnable
@@ -148,6 +148,6 @@ def test_the_snapshot_does_not_share_the_models_memory():
     ev.close()
 
 
-@pytest.mark.skipif(runnable_threads() is None, reason="no /proc/stat here (not Linux)")
-def test_procs_running_counts_this_thread():
+@pytest.mark.skipif(runnable_threads() is None, reason="no /proc/loadavg here (not Linux)")
+def test_the_kernels_runnable_count_includes_this_thread():
     assert runnable_threads() >= 1
