@@ -7,9 +7,9 @@
     completed()                   the results that are ready, with the units they were due at
     drain(interrupted)            after the workers: every snapshot still waiting, on every core
 
-An evaluation run beside workers that keep every core busy takes its CPU time from them: on
-two cores, rank 0's two evaluations of a 3-epoch torchrun run cost its node 5% of its training
-time, and made it the node every other node waits for. A core is idle when fewer threads are
+An evaluation run beside workers that keep every core busy takes its CPU time from them: in a
+two-node torchrun run on two cores, rank 0's orchestrator took 13% of a core from its worker
+(3% once its evaluations waited), which made node 0 the node the other one waits for. A core is idle when fewer threads are
 runnable than this process may use cores (the kernel's count, this thread included), twice in a
 row; with one worker on two cores, or a GPU run, that is at once. On busy cores the
 evaluation waits, for `trainer.eval_wait_seconds` at most (then it runs beside the workers, as
