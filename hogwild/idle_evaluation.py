@@ -126,25 +126,33 @@ class IdleEvaluations:
             out.append(self.ready.popleft())
         return out
 
-    def drain(self, interrupted: Callable[[], bool], poll: float = 0.1) -> bool:
+    def drain(self, interrupted: Callable[[], bool], poll: float = 0.1) -> int:
         """Run every snapshot still held; `interrupted()` is asked every `poll` seconds and
-        True drops those not started. True when all ran."""
+        True drops those not started (the one running ends first: the evaluator is not shared
+        with a second thread). How many were dropped (0: all ran)."""
         self._release(len(self.waiting))
-        while True:
-            with self.cond:
-                if not self.queue and not self.busy:
-                    return True
-                if interrupted():
-                    self.queue.clear()
-                    return False
-                self.cond.wait(poll)
-
-    def close(self) -> None:
+        dropped = 0
         with self.cond:
+            while self.queue or self.busy:
+                if self.queue and interrupted():
+                    dropped = len(self.queue)
+                    self.queue.clear()
+                self.cond.wait(poll)
+        return dropped
+
+    def close(self) -> int:
+        """Drop what has not started and end the thread once its current evaluation is done
+        (torch must not run in a thread the interpreter abandons at exit: that aborts the
+        process). How many were dropped."""
+        with self.cond:
+            dropped = len(self.waiting) + len(self.queue)
             self.stopped = True
             self.waiting.clear()
             self.queue.clear()
             self.cond.notify_all()
+        if self.thread is not None:
+            self.thread.join()
+        return dropped
 
     def _run(self) -> None:
         while True:

@@ -264,37 +264,40 @@ def report_evaluations(loop: RunLoop) -> None:
 
 
 def queued_evaluations(loop: RunLoop) -> bool:
-    """The idle-core evaluations still queued when the workers exit, run now on every core (a
-    fixed cost); a signal meanwhile drops those not started. False when some were dropped."""
-    idle = loop.idle
+    """The evaluations still waiting for an idle core when the workers exit, run now on every
+    core (a fixed cost). A signal meanwhile drops those not started; to an interrupted run it
+    is a second signal. True when the final evaluation must be skipped (a second signal)."""
+    idle, st = loop.idle, loop.state
     if idle is None:
-        return True
-    done = False
+        return st.force
+    dropped = 0
     try:
-        with timeline.phase("queued_evaluations"), evaluation.every_core(loop.t.cfg.start_method):
-            done = not loop.state.force and idle.drain(lambda: bool(loop.signals.drain()))
+        if not st.force:
+            with (
+                timeline.phase("queued_evaluations"),
+                evaluation.every_core(loop.t.cfg.start_method),
+            ):
+                dropped = idle.drain(lambda: bool(loop.signals.drain()))
         report_evaluations(loop)
     except Exception as e:  # noqa: BLE001 - an evaluation raised: the run fails, as in the loop
-        loop.state.fail_late(f"evaluation failed: {type(e).__name__}: {e}")
+        st.fail_late(f"evaluation failed: {type(e).__name__}: {e}")
     finally:
-        idle.close()
+        dropped += idle.close()  # after the one running, if any
         if idle.count:
             timeline.add("idle_core_evaluations", idle.cpu_seconds, count=idle.count)
-    return done
+    if dropped:
+        log.warning("signal received: %d queued evaluation(s) of earlier epochs dropped", dropped)
+    return st.force or (bool(dropped) and st.status == "interrupted")
 
 
 def finish(loop: RunLoop) -> summary.Summary:
     """The run after its workers: final evaluation and checkpoint (unless it failed), then the
     summary (written by rank 0 alone)."""
     st, t = loop.state, loop.t
-    drained = queued_evaluations(loop)
+    second_signal = queued_evaluations(loop)
     if st.status in ("completed", "interrupted"):
-        if st.force or not drained:  # a second signal, or a signal while the queue ran out:
-            # the checkpoint and the summary, nothing that can wait
-            log.warning(
-                "%s: no final evaluation; writing the checkpoint and summary",
-                "second signal" if st.force else "signal",
-            )
+        if second_signal:  # the checkpoint and the summary, nothing that can wait
+            log.warning("second signal: no final evaluation; writing the checkpoint and summary")
         elif loop.evaluator.needs_final(st.status == "completed", loop.node.weights_change_at_end):
             with timeline.phase("final_evaluation"), evaluation.every_core(t.cfg.start_method):
                 results = loop.evaluator.evaluate(t.model, "final")

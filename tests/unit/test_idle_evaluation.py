@@ -66,7 +66,7 @@ def test_busy_cores_hold_the_weights_of_the_moment_it_was_due_until_the_drain():
     for _ in range(5):
         ev.poll()
     assert not seen and len(ev.waiting) == 2
-    assert ev.drain(interrupted=lambda: False)
+    assert ev.drain(interrupted=lambda: False) == 0
     assert seen == [("epoch 1/3", 2.0), ("epoch 2/3", 10.0)]
     assert [(label, units) for label, units, _ in ev.completed()] == [
         ("epoch 1/3", 100),
@@ -92,20 +92,20 @@ def test_a_full_queue_sends_the_oldest_at_once_and_keeps_the_order():
     for i in range(n):
         ev.submit(model_with(float(i)), f"epoch {i + 1}", i)
     assert len(ev.waiting) == idle_evaluation.MAX_PENDING
-    assert ev.drain(interrupted=lambda: False)
+    assert ev.drain(interrupted=lambda: False) == 0
     assert [label for label, _ in seen] == [f"epoch {i + 1}" for i in range(n)]
     ev.close()
 
 
 def test_a_signal_during_the_drain_drops_what_has_not_started():
     seen, gate = [], threading.Event()
-    ev = IdleEvaluations(recorder(seen, gate), wait_seconds=60, runnable=busy(2), cores=2)
-    for i in range(3):
+    ev = IdleEvaluations(recorder(seen, gate), wait_seconds=0, runnable=busy(2), cores=2)
+    for i in range(3):  # the first goes to the thread at once and blocks there
         ev.submit(model_with(float(i)), f"epoch {i + 1}", i)
-    assert not ev.drain(interrupted=lambda: True)
-    gate.set()  # the one the thread had started ends
-    assert wait_until(lambda: not ev.busy, timeout=30)
-    assert len(seen) <= 1 and not ev.queue
+    assert wait_until(lambda: ev.busy, timeout=30) and len(ev.waiting) == 2
+    threading.Timer(0.2, gate.set).start()  # the one the thread had started ends later
+    assert ev.drain(interrupted=lambda: True) == 2
+    assert not ev.busy and [label for label, _ in seen] == ["epoch 1"] and not ev.queue
     ev.close()
 
 
@@ -151,3 +151,67 @@ def test_the_snapshot_does_not_share_the_models_memory():
 @pytest.mark.skipif(runnable_threads() is None, reason="no /proc/loadavg here (not Linux)")
 def test_the_kernels_runnable_count_includes_this_thread():
     assert runnable_threads() >= 1
+
+
+class Signals:
+    def __init__(self, pending):
+        self.pending = list(pending)
+
+    def drain(self):
+        out, self.pending = self.pending, []
+        return out
+
+
+def finishing_loop(status: str, signals=(), force=False):
+    """What run_loop.queued_evaluations reads of a run loop whose workers have exited, with
+    three evaluations waiting (the first blocked in the thread until `gate` is set)."""
+    from types import SimpleNamespace
+
+    from hogwild.run_state import RunState
+
+    seen, gate = [], threading.Event()
+    idle = IdleEvaluations(recorder(seen, gate), wait_seconds=0, runnable=busy(2), cores=2)
+    for i in range(3):
+        idle.submit(model_with(float(i)), f"epoch {i + 1}/4", i)
+    assert wait_until(lambda: idle.busy, timeout=30)
+    state = RunState(2, [0, 0], "fail", 0, 1.0, 0.0)
+    state.status, state.force = status, force
+    charted = []
+    loop = SimpleNamespace(
+        idle=idle,
+        state=state,
+        signals=Signals(signals),
+        t=SimpleNamespace(cfg=SimpleNamespace(start_method="fork")),
+        sinks=SimpleNamespace(scalars=lambda values, step: charted.append(step)),
+    )
+    threading.Timer(0.2, gate.set).start()
+    return loop, seen, charted
+
+
+def test_after_the_workers_every_waiting_evaluation_runs_and_is_charted():
+    from hogwild.run_loop import queued_evaluations
+
+    loop, seen, charted = finishing_loop("completed")
+    assert queued_evaluations(loop) is False  # the final evaluation runs
+    assert [label for label, _ in seen] == ["epoch 1/4", "epoch 2/4", "epoch 3/4"]
+    assert charted == [0, 1, 2]
+
+
+def test_a_signal_after_a_completed_run_drops_the_queue_but_not_the_final_evaluation(caplog):
+    from hogwild.run_loop import queued_evaluations
+
+    loop, seen, _ = finishing_loop("completed", signals=[2])
+    assert queued_evaluations(loop) is False
+    assert [label for label, _ in seen] == ["epoch 1/4"]
+    assert "2 queued evaluation(s) of earlier epochs dropped" in caplog.text
+
+
+def test_a_second_signal_in_an_interrupted_runs_drain_skips_the_final_evaluation():
+    from hogwild.run_loop import queued_evaluations
+
+    loop, seen, _ = finishing_loop("interrupted", signals=[2])
+    assert queued_evaluations(loop) is True
+    loop, seen, _ = finishing_loop("interrupted", force=True)  # the second came before
+    assert queued_evaluations(loop) is True
+    assert [label for label, _ in seen] == ["epoch 1/4"]  # the one running ended first
+    assert not loop.idle.thread.is_alive()
