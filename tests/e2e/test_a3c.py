@@ -166,8 +166,16 @@ def test_a_goal_reached_on_rank_0_stops_every_torchrun_node(tmp_path):
 
 
 def test_the_custom_env_example_solves_its_corridor_without_hydra(tmp_path):
-    result = run_example("a3c_custom_env.py", tmp_path, timeout=120)
-    assert result.returncode == 0, result.stderr
+    # A run can settle in the corridor's local optimum, walking to one end whatever the goal
+    # (train/episode_return ~0.45, greedy return 0.25): seen once in about 60 runs. So the
+    # example gets a second run; a broken A3C fails both.
+    for attempt in (1, 2):
+        folder = tmp_path / f"attempt_{attempt}"
+        folder.mkdir()
+        result = run_example("a3c_custom_env.py", folder, timeout=120)
+        assert result.returncode == 0, result.stderr
+        if "completed: solved=True" in result.stdout:
+            break
     assert "completed: solved=True" in result.stdout
-    s = read_summary(tmp_path / "outputs" / "a3c_custom_env")
+    s = read_summary(folder / "outputs" / "a3c_custom_env")
     assert s["solved"] is True and s["eval_return"] >= 0.9 and s["optimizer_shared"] is True
