@@ -1,17 +1,21 @@
 """Evaluations during training that wait for a core the workers leave idle.
 
-    submit(model, label, units)   an evaluation is due: a snapshot of the shared weights
-    poll()                        every turn of the run loop: start the oldest snapshot in the
-                                  evaluation thread once a core is idle, or it has waited
-                                  `wait_seconds`
-    completed()                   the results that are ready, with the units they were due at
-    drain(interrupted)            after the workers: every snapshot still waiting, on every core
+The run loop's side:
+
+    evaluate(loop, label)   an evaluation is due: on an idle core when the evaluator allows it,
+                            else in the loop, as the workers go on
+    report(loop)            every turn of the loop: start a waiting one if a core is idle;
+                            chart those done at the step they were due at
+    drain_queue(loop)       after the workers: those still waiting, on every core
+
+`IdleEvaluations`, the mechanism: `submit` holds a snapshot of the shared weights, `poll` hands
+the oldest to the evaluation thread, `completed` returns the results, `drain` and `close` end it.
 
 An evaluation run beside workers that keep every core busy takes its CPU time from them: in a
 two-node torchrun run on two cores, rank 0's orchestrator took 13% of a core from its worker
-(3% once its evaluations waited), which made node 0 the node the other one waits for. A core is idle when fewer threads are
-runnable than this process may use cores (the kernel's count, this thread included), twice in a
-row; with one worker on two cores, or a GPU run, that is at once. On busy cores the
+(3% once its evaluations waited), which made node 0 the node the other one waits for. A core
+is idle when fewer threads are runnable than this process may use cores (the kernel's count,
+this thread included), twice in a row; with one worker on two cores, or a GPU run, that is at once. On busy cores the
 evaluation waits, for `trainer.eval_wait_seconds` at most (then it runs beside the workers, as
 without this module), or until the workers exit. It scores the weights of the moment it was
 due, and its results go to TensorBoard at that moment's step: only the line in the log is late.
@@ -24,12 +28,22 @@ from __future__ import annotations
 
 import collections
 import copy
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
+
+from hogwild import evaluation, timeline
+from hogwild.run_state import Finished
+
+if TYPE_CHECKING:
+    from hogwild.run_loop import RunLoop
+
+log = logging.getLogger("hogwild")
 
 MAX_PENDING = 16  # snapshots waiting for an idle core (trainer.eval_wait_seconds bounds the wait)
 MAX_BYTES = 1 << 30  # every copy this module may hold together
@@ -70,9 +84,9 @@ class IdleEvaluations:
     def submit(self, model: torch.nn.Module, label: str, units: int) -> bool:
         """Hold a copy of `model`'s weights as they are now; False for a model too large to
         hold `MAX_PENDING` copies of, or one deepcopy cannot copy (the caller then evaluates
-        in place, always). With
-        `MAX_PENDING` snapshots waiting, the oldest goes to the thread at once; with two
-        queued there, this waits for the thread (as an evaluation in place would)."""
+        in place, always). With `MAX_PENDING` snapshots waiting, the oldest goes to the thread
+        at once; with two queued there, this waits for the thread (as an evaluation in place
+        would)."""
         tensors = list(model.state_dict().values())
         size = sum(t.numel() * t.element_size() for t in tensors)
         if self.in_place or (MAX_PENDING + 4) * size > MAX_BYTES:  # waiting, queued, running,
@@ -180,3 +194,59 @@ class IdleEvaluations:
                 self.ready.append((label, units, outcome))
                 self.busy = False
                 self.cond.notify_all()
+
+
+def evaluate(loop: RunLoop, label: str) -> None:
+    """On a core the workers leave idle when the evaluator allows it and the snapshot is taken,
+    else in the run loop, while the workers go on."""
+    loop.flush()  # the train/ charts get a point at every epoch's end, however short
+    units = loop.window.samples_seen
+    if loop.idle and loop.idle.submit(loop.t.model, label, units):
+        return
+    with timeline.phase("evaluations"):  # overlaps the workers' training
+        results = loop.evaluator.evaluate(loop.t.model, label)
+    loop.sinks.scalars(results, units)
+    if reason := loop.evaluator.goal():  # e.g. a policy that solved its task
+        loop.node.reach_goal()  # torchrun: the next rounds stop every node
+        loop.apply(Finished(reason))
+
+
+def report(loop: RunLoop) -> None:
+    """Start a waiting evaluation if a core is idle; report those done, at the units they were
+    due at."""
+    if loop.idle is None:
+        return
+    loop.idle.poll()
+    for _, units, outcome in loop.idle.completed():
+        if isinstance(outcome, BaseException):
+            raise outcome  # as if it had run in the loop: the run fails with it
+        loop.sinks.scalars(outcome, units)
+
+
+def drain_queue(loop: RunLoop) -> bool:
+    """After the workers exit: the evaluations still waiting for an idle core, run now on every
+    core (a fixed cost). A signal meanwhile drops those not started; to an interrupted run it
+    is a second signal. True when the final evaluation must be skipped (a second signal)."""
+    idle, st = loop.idle, loop.state
+    if idle is None:
+        return st.force
+    by_signal = 0  # dropped by a signal during the drain (a second signal: all of them)
+    try:
+        if not st.force:
+            with (
+                timeline.phase("queued_evaluations"),
+                evaluation.every_core(loop.t.cfg.start_method),
+            ):
+                by_signal = idle.drain(lambda: bool(loop.signals.drain()))
+        report(loop)
+    except Exception as e:  # noqa: BLE001 - an evaluation raised: the run fails, as in the loop
+        st.fail_late(f"evaluation failed: {type(e).__name__}: {e}")
+    finally:
+        left = idle.close()  # after the one running, if any
+        if idle.count:
+            timeline.add("idle_core_evaluations", idle.cpu_seconds, count=idle.count)
+    if st.force:
+        by_signal += left
+    if by_signal:
+        log.warning("signal received: %d queued evaluation(s) of earlier epochs dropped", by_signal)
+    return st.force or (bool(by_signal) and st.status == "interrupted")

@@ -19,11 +19,10 @@ import os
 import time
 from typing import Any
 
-from hogwild import evaluation, run_folder, staleness, summary, timeline
+from hogwild import evaluation, idle_evaluation, run_folder, staleness, summary, timeline
 from hogwild.checkpoint import Checkpointer
 from hogwild.dashboards import TensorBoardSink
 from hogwild.errors import NodeSyncError
-from hogwild.idle_evaluation import IdleEvaluations
 from hogwild.metrics import NullSink, ProgressBar, ProgressWindow, Sinks
 from hogwild.protocol import Control, Log, Scalars
 from hogwild.run_state import (
@@ -91,7 +90,7 @@ class RunLoop:
         )
         self.sinks = dashboards(trainer, self.initial) if writer else NullSink()
         wait, idle = cfg.eval_wait_seconds, self.evaluator.idle_cores  # hogwild.idle_evaluation
-        self.idle = IdleEvaluations(self.evaluator.evaluate, wait) if idle else None
+        self.idle = idle_evaluation.IdleEvaluations(self.evaluator.evaluate, wait) if idle else None
 
     def watch(self) -> None:
         st = self.state
@@ -123,8 +122,8 @@ class RunLoop:
                 self.apply(Finished("another node reached the run's goal"))
             label = self.evaluator.due(st.epochs_complete, self.window.samples_seen)
             if label and st.running:
-                evaluate(self, label)
-            report_evaluations(self)
+                idle_evaluation.evaluate(self, label)
+            idle_evaluation.report(self)
         self.flush()
         # keep joining rounds until every node is done (the last one leaves all alike); a run
         # that reached its goal too, so that its rounds carry the news to the other nodes
@@ -236,65 +235,11 @@ def workload_scalars(event: Scalars) -> dict[str, float]:
     return out
 
 
-def evaluate(loop: RunLoop, label: str) -> None:
-    """On a core the workers leave idle when the evaluator allows it (hogwild.idle_evaluation),
-    else here, while the workers go on."""
-    loop.flush()  # the train/ charts get a point at every epoch's end, however short
-    units = loop.window.samples_seen
-    if loop.idle and loop.idle.submit(loop.t.model, label, units):
-        return
-    with timeline.phase("evaluations"):  # overlaps the workers' training
-        results = loop.evaluator.evaluate(loop.t.model, label)
-    loop.sinks.scalars(results, units)
-    if reason := loop.evaluator.goal():  # e.g. a policy that solved its task
-        loop.node.reach_goal()  # torchrun: the next rounds stop every node
-        loop.apply(Finished(reason))
-
-
-def report_evaluations(loop: RunLoop) -> None:
-    """Start a waiting evaluation if a core is idle; report those done, at the units they were
-    due at."""
-    if loop.idle is None:
-        return
-    loop.idle.poll()
-    for _, units, outcome in loop.idle.completed():
-        if isinstance(outcome, BaseException):
-            raise outcome  # as if it had run in the loop: the run fails with it
-        loop.sinks.scalars(outcome, units)
-
-
-def queued_evaluations(loop: RunLoop) -> bool:
-    """The evaluations still waiting for an idle core when the workers exit, run now on every
-    core (a fixed cost). A signal meanwhile drops those not started; to an interrupted run it
-    is a second signal. True when the final evaluation must be skipped (a second signal)."""
-    idle, st = loop.idle, loop.state
-    if idle is None:
-        return st.force
-    dropped = 0
-    try:
-        if not st.force:
-            with (
-                timeline.phase("queued_evaluations"),
-                evaluation.every_core(loop.t.cfg.start_method),
-            ):
-                dropped = idle.drain(lambda: bool(loop.signals.drain()))
-        report_evaluations(loop)
-    except Exception as e:  # noqa: BLE001 - an evaluation raised: the run fails, as in the loop
-        st.fail_late(f"evaluation failed: {type(e).__name__}: {e}")
-    finally:
-        dropped += idle.close()  # after the one running, if any
-        if idle.count:
-            timeline.add("idle_core_evaluations", idle.cpu_seconds, count=idle.count)
-    if dropped:
-        log.warning("signal received: %d queued evaluation(s) of earlier epochs dropped", dropped)
-    return st.force or (bool(dropped) and st.status == "interrupted")
-
-
 def finish(loop: RunLoop) -> summary.Summary:
     """The run after its workers: final evaluation and checkpoint (unless it failed), then the
     summary (written by rank 0 alone)."""
     st, t = loop.state, loop.t
-    second_signal = queued_evaluations(loop)
+    second_signal = idle_evaluation.drain_queue(loop)
     if st.status in ("completed", "interrupted"):
         if second_signal:  # the checkpoint and the summary, nothing that can wait
             log.warning("second signal: no final evaluation; writing the checkpoint and summary")

@@ -163,7 +163,7 @@ class Signals:
 
 
 def finishing_loop(status: str, signals=(), force=False):
-    """What run_loop.queued_evaluations reads of a run loop whose workers have exited, with
+    """What idle_evaluation.drain_queue reads of a run loop whose workers have exited, with
     three evaluations waiting (the first blocked in the thread until `gate` is set)."""
     from types import SimpleNamespace
 
@@ -189,29 +189,35 @@ def finishing_loop(status: str, signals=(), force=False):
 
 
 def test_after_the_workers_every_waiting_evaluation_runs_and_is_charted():
-    from hogwild.run_loop import queued_evaluations
-
     loop, seen, charted = finishing_loop("completed")
-    assert queued_evaluations(loop) is False  # the final evaluation runs
+    assert idle_evaluation.drain_queue(loop) is False  # the final evaluation runs
     assert [label for label, _ in seen] == ["epoch 1/4", "epoch 2/4", "epoch 3/4"]
     assert charted == [0, 1, 2]
 
 
 def test_a_signal_after_a_completed_run_drops_the_queue_but_not_the_final_evaluation(caplog):
-    from hogwild.run_loop import queued_evaluations
-
     loop, seen, _ = finishing_loop("completed", signals=[2])
-    assert queued_evaluations(loop) is False
+    assert idle_evaluation.drain_queue(loop) is False
     assert [label for label, _ in seen] == ["epoch 1/4"]
     assert "2 queued evaluation(s) of earlier epochs dropped" in caplog.text
 
 
 def test_a_second_signal_in_an_interrupted_runs_drain_skips_the_final_evaluation():
-    from hogwild.run_loop import queued_evaluations
-
     loop, seen, _ = finishing_loop("interrupted", signals=[2])
-    assert queued_evaluations(loop) is True
+    assert idle_evaluation.drain_queue(loop) is True
     loop, seen, _ = finishing_loop("interrupted", force=True)  # the second came before
-    assert queued_evaluations(loop) is True
+    assert idle_evaluation.drain_queue(loop) is True
     assert [label for label, _ in seen] == ["epoch 1/4"]  # the one running ended first
     assert not loop.idle.thread.is_alive()
+
+
+def test_an_evaluation_that_raises_in_the_drain_fails_the_run_without_blaming_a_signal(caplog):
+    loop, _, _ = finishing_loop("completed")
+
+    def fails(model, label):
+        raise ValueError("no test split")
+
+    loop.idle.evaluate = fails  # the two still waiting raise
+    assert idle_evaluation.drain_queue(loop) is False
+    assert loop.state.status == "failed" and "no test split" in loop.state.failure.reason
+    assert "signal" not in caplog.text
