@@ -20,7 +20,7 @@ import traceback
 
 import torch
 
-from hogwild import optim_state, staleness, tenancy
+from hogwild import heap, optim_state, staleness, tenancy
 from hogwild.lifetime import ignore_terminal_signals
 from hogwild.protocol import Control, Done, EpochEnd, Failure, Hello, Scalars, WorkerSpec
 from hogwild.schedule import Scheduler
@@ -38,6 +38,7 @@ def run_worker(rank: int, spec: WorkerSpec, model, control: Control, optimizer_s
     tenancy.dump_stack_on_request(spec.stack_dir, rank)
     torch.multiprocessing.set_sharing_strategy(spec.sharing_strategy)
     torch.set_num_threads(spec.threads)
+    heap.keep_freed_memory()  # every step reuses the last one's pages (hogwild/heap.py)
     torch.manual_seed(spec.seed + rank)
     # sparse gradients (nn.Embedding(sparse=True)) come from torch itself: an explicit opt-out of
     # the per-op invariant checks, which also keeps torch from warning about them in every worker
