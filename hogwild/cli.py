@@ -117,6 +117,12 @@ def train(overrides: list[str]) -> int:
 
 
 def _hydra_main(overrides: list[str]) -> int:
+    from hogwild import boot
+
+    if not any(o.startswith("-") and o not in ("-m", "--multirun") for o in overrides):
+        # a run, not --cfg or --help: its fork server's imports are the longest part of the
+        # start-up, so they begin before Hydra's import and compose (hogwild.boot)
+        boot.fork_server_ahead()
     import hydra
 
     from hogwild import cli_job, timeline

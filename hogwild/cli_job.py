@@ -116,12 +116,13 @@ def _start(run, raw: dict, started_at: float | None, save_config):
 
     from hogwild import boot, run_folder, timeline
 
-    # the fork server's interpreter imports torch while this one does
+    # the fork server (started before the config, hogwild.cli) imports torch while this one does
     with timeline.phase("fork_server_launch"):
         boot.fork_server(run.trainer.start_method)
     with timeline.phase("torch_import"):
         import torch
-    boot.import_dynamo()  # in a thread, while the data is built
+    if run.trainer.start_method == "fork":
+        boot.import_dynamo()  # in a thread, while the data is built: the workers inherit it
 
     from hogwild.node import LocalNode
 

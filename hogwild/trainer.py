@@ -140,7 +140,8 @@ class Trainer:
     def _prepare(self) -> preflight.Plan:
         """Everything that can refuse the run (hogwild.preflight), while the fork server boots."""
         boot.fork_server(self.cfg.start_method)
-        boot.import_dynamo()  # the optimizer check needs it; fork workers inherit it
+        if self.cfg.start_method == "fork":
+            boot.import_dynamo()  # forked workers inherit it (hogwild.boot)
         with timeline.phase("checks"):
             plan = preflight.prepare(
                 self.cfg,

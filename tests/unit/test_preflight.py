@@ -4,13 +4,14 @@ that can be made to work (a soft open-file limit that can be raised) just works.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections import namedtuple
 
 import pytest
 import torch
 
-from hogwild import HogwildError, sharing
+from hogwild import HogwildError, preflight, sharing
 from hogwild.sharing import FD_HEADROOM, PreflightError
 
 Budget = namedtuple("Budget", "before after error")
@@ -163,3 +164,49 @@ def test_api_refuses_fork_with_threads_when_the_parent_runs_a_thread_pool(tmp_pa
     finally:
         torch.set_num_threads(threads)
     assert not (tmp_path / "run").exists()
+
+
+class Picky(torch.optim.SGD):
+    """A user's optimizer that refuses an empty parameter list in its own words."""
+
+    def __init__(self, params, lr=0.1):
+        params = list(params)
+        if not params:
+            raise ValueError("Picky needs parameters")
+        super().__init__(params, lr=lr)
+
+
+class FirstParam(torch.optim.SGD):
+    """A user's optimizer that reads its first parameter before anything else."""
+
+    def __init__(self, params, lr=0.1):
+        params = list(params)
+        self.first_shape = params[0].shape
+        super().__init__(params, lr=lr)
+
+
+@pytest.mark.parametrize(
+    "factory, fragment",
+    [
+        (functools.partial(torch.optim.SGD, lr=-1.0), "Invalid learning rate"),
+        (functools.partial(torch.optim.Adam, betas=(2.0, 0.9)), "Invalid beta parameter"),
+        (functools.partial(torch.optim.SGD, lr=0.1, momentun=0.9), "momentun"),
+        (functools.partial(Picky, lr=-1.0), "Invalid learning rate"),
+    ],
+)
+def test_optimizer_check_refuses_bad_arguments_in_one_line(factory, fragment):
+    with pytest.raises(HogwildError, match=fragment):
+        preflight.check_optimizer(factory)
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        functools.partial(torch.optim.SGD, lr=0.1, momentum=0.5),
+        functools.partial(torch.optim.Adam, lr=1e-3),
+        functools.partial(Picky, lr=0.1),  # refuses [] in its own words: the full check runs
+        functools.partial(FirstParam, lr=0.1),  # cannot take []: the full check runs
+    ],
+)
+def test_optimizer_check_accepts_good_arguments(factory):
+    preflight.check_optimizer(factory)
