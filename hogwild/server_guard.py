@@ -22,8 +22,10 @@ PR_SET_PDEATHSIG = 1
 
 def _guard() -> None:
     parent = os.environ.pop(PARENT_ENV, None)
-    if parent != str(os.getppid()):
+    if parent is None:
         return
+    if parent != str(os.getppid()):  # it died before this line (a Ctrl-C as the CLI starts)
+        os._exit(1)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):

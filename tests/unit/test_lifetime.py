@@ -74,3 +74,23 @@ def test_a_signal_while_a_child_starts_is_acted_on_once_it_is_out(installed):
             assert wait_until(lambda: lifetime._RECEIVER.deferred, 30)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # as the tracker does
     assert set(lifetime.SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+class Exited(Exception):
+    pass
+
+
+def test_a_fork_server_whose_orchestrator_died_before_its_guard_exits_at_once(monkeypatch):
+    # a Ctrl-C as the CLI starts can end the orchestrator while the fork server it just
+    # started is still booting: without this it would import torch for seconds, then exit
+    from hogwild import server_guard
+
+    def exit_(code):
+        raise Exited(code)
+
+    monkeypatch.setattr(os, "_exit", exit_)
+    monkeypatch.setenv(server_guard.PARENT_ENV, str(os.getpid()))  # never its own parent
+    with pytest.raises(Exited):
+        server_guard._guard()
+    assert server_guard.PARENT_ENV not in os.environ  # its workers do not inherit the mark
+    server_guard._guard()  # unmarked (any process but that fork server): nothing happens
