@@ -21,7 +21,7 @@ _phases: dict[str, list[float]] = {}  # name -> [first start, seconds in all, co
 _marks: dict[str, float] = {}
 
 # Phases that overlap the workers' training: listed apart, not subtracted from the wall clock.
-# `idle_core_evaluations`: the CPU seconds of hogwild.idle_evaluation's low-priority thread.
+# `idle_core_evaluations`: the CPU seconds of hogwild.idle_evaluation's thread.
 DURING_TRAINING = ("evaluations", "idle_core_evaluations")
 
 
