@@ -8,7 +8,9 @@ Each pair runs `hogwild train` with 1 worker x 1 thread (one node), then the sam
 training its half of the data, models averaged every --sync-every local steps). Both are real
 CLI runs; the figures come from their summary.json: one node's samples/s, and the two nodes'
 whole-run figure (all samples / the slower node's training time); `ratio` is the second over the
-first (`sum` the looser one: each node's samples/s added up). Per node: training seconds, the
+first (`sum` the looser one: each node's samples/s added up). With --bracket, one node runs again
+after the two nodes and `1 node/s` is the mean of its two runs, so that the machine's drift over
+a pair cancels. Per node: training seconds, the
 orchestrator's seconds in sync rounds while its workers trained (`sync`), of which blocked on
 the collective (`wait`), the all-reduces' own time (`transfer`), and `sync/train`: the larger
 node's share. Other work on the cores moves the figures: every pair prints the load average as
@@ -68,10 +70,14 @@ def pair(args, folder: str, i: int) -> dict:
         f"trainer.epochs={args.epochs}",
         "checkpoint.every_seconds=0",
     ]
-    one_dir, two_dir = os.path.join(folder, f"one_{i}"), os.path.join(folder, f"two_{i}")
-    one = run(
-        [sys.executable, "-m", "hogwild", "train", *common, f"hydra.run.dir={one_dir}"], one_dir
-    )
+
+    def one_node(name: str) -> dict:
+        one_dir = os.path.join(folder, f"{name}_{i}")
+        command = [sys.executable, "-m", "hogwild", "train", *common, f"hydra.run.dir={one_dir}"]
+        return run(command, one_dir)
+
+    two_dir = os.path.join(folder, f"two_{i}")
+    one = one_node("one")
     two = run(
         [
             sys.executable,
@@ -90,14 +96,21 @@ def pair(args, folder: str, i: int) -> dict:
         ],
         two_dir,
     )
+    # --bracket: one node again after the two, and the mean of both: the machine's drift over
+    # the pair cancels (this machine's one-node figure moves by 10-20% from run to run)
+    ones = [one["samples_per_second"]]
+    if args.bracket:
+        ones.append(one_node("again")["samples_per_second"])
+    one_rate = statistics.fmean(ones)
     d = two["distributed"]
     nodes = d["per_node"]
     strict = sum(n["total_samples"] for n in nodes) / max(n["train_seconds"] for n in nodes)
     return {
-        "one_node": one["samples_per_second"],
+        "one_node": one_rate,
+        "one_node_runs": ones,
         "two_nodes": round(strict, 1),
-        "ratio": strict / one["samples_per_second"],
-        "ratio_sum": d["samples_per_second_all_nodes"] / one["samples_per_second"],
+        "ratio": strict / one_rate,
+        "ratio_sum": d["samples_per_second_all_nodes"] / one_rate,
         "sync_rounds": d["sync_rounds"],
         "sync_bytes": d["sync_bytes"],
         "per_node": [
@@ -143,6 +156,11 @@ def main() -> int:
         "--sync-every", type=int, default=50, help="distributed.sync_every_n_steps (default 50)"
     )
     p.add_argument("--start-method", default="forkserver")
+    p.add_argument(
+        "--bracket",
+        action="store_true",
+        help="run one node before and after the two nodes; `1 node/s` is their mean",
+    )
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
     rows = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -315,3 +316,21 @@ def test_ctrl_c_interrupts_every_node_and_keeps_the_last_round_checkpoint(tmp_pa
     state = checkpoint.load(str(ckpt))
     assert state["progress"].shape == (2, 4) and state["run"]["world_size"] == 2
     assert 0 < state["run"]["samples_seen"] < 2 * 20000
+
+
+def test_the_scaling_script_runs_and_its_figures_add_up(tmp_path):
+    # scripts/torchrun_scaling.py is how the two-node figures are measured: keep it working;
+    # with --bracket one node runs before and after the two, and its figure is their mean
+    out = tmp_path / "rows.json"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "torchrun_scaling.py"
+    args = ["--pairs", "1", "--epochs", "1", "--samples", "2000", "--bracket", "--json", str(out)]
+    result = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert len(row["one_node_runs"]) == 2
+    assert row["one_node"] == pytest.approx(sum(row["one_node_runs"]) / 2)
+    assert row["ratio"] == pytest.approx(row["two_nodes"] / row["one_node"], rel=1e-3)
+    assert len(row["per_node"]) == 2 and all(n["train_seconds"] > 0 for n in row["per_node"])
+    assert "ratio median" in result.stdout
