@@ -3,15 +3,17 @@
     fork_server_ahead()         before Hydra composes the config: the default start method's fork
                                 server, a fresh interpreter that imports torch, hogwild.worker and
                                 torch._dynamo (~2.3 s, the longest chain of a run's start-up)
-    fork_server(start_method)   once the config is known: keeps that server, or stops it when the
-                                config picks fork or spawn (and starts what those need)
-    import_dynamo()             after torch, for start_method=fork only: torch._dynamo (~1.1 s,
-                                what every optimizer step imports) in a thread while the data set
-                                is built, so that forked workers inherit it
+    fork_server(start_method)   once the config is known: keeps that server, starts it again if
+                                the job changed the environment or the working directory the
+                                workers would inherit (hydra.job.env_set, hydra.job.chdir), or
+                                stops it when the config picks fork or spawn
+    stop_unused_server()        the CLI, after its jobs: a server no config kept (a refused run)
+    import_dynamo()             after torch, when this process needs torch._dynamo (see
+                                `needs_dynamo`): imported in a thread while the data set is built
     dynamo_imported()           waits for that thread (before any fork)
 
-With forkserver or spawn this process never imports torch._dynamo: the optimizer check does
-without it (hogwild.preflight), and the workers get it from the server or import it themselves.
+Otherwise this process never imports torch._dynamo: the optimizer check does without it
+(hogwild.preflight), and the workers get it from the fork server or import it themselves.
 Nothing here imports torch, so the CLI can call `fork_server_ahead` first thing.
 """
 
@@ -26,25 +28,31 @@ from hogwild import lifetime, server_guard
 
 PRELOAD = ["hogwild.server_guard", "hogwild.worker", "torch._dynamo"]
 _dynamo: threading.Thread | None = None
-_ahead = False  # the running fork server was started before the config was known
+# The fork server this module started before the config was known, and what its workers would
+# inherit from it (the environment and working directory at its start); None once a config kept
+# it or it was stopped.
+_ahead: tuple[dict[str, str], str] | None = None
 
 
 def fork_server_ahead() -> None:
     """Start the default start method's fork server before the config is composed (~0.35 s
-    sooner). `fork_server` stops it again if the config picks another start method."""
+    sooner). `fork_server` keeps it, starts it again, or stops it, once the config is known."""
     global _ahead
     from hogwild.config import TrainerConfig
 
     if TrainerConfig().start_method == "forkserver":
         fork_server("forkserver")
-        _ahead = True
+        _ahead = (dict(os.environ), os.getcwd())
 
 
 def fork_server(start_method: str) -> None:
     """Boot the fork server now (it takes seconds); fork needs nothing, spawn needs the
     resource tracker only."""
-    if start_method != "forkserver":
-        _stop_server_started_ahead()
+    global _ahead
+    if _ahead is not None:
+        if start_method != "forkserver" or _ahead != (dict(os.environ), os.getcwd()):
+            stop_unused_server()  # workers forked from it would miss what the job set
+        _ahead = None
     if start_method == "fork":
         return
     from multiprocessing import forkserver, resource_tracker
@@ -62,13 +70,14 @@ def fork_server(start_method: str) -> None:
                 del os.environ[server_guard.PARENT_ENV]
 
 
-def _stop_server_started_ahead() -> None:
-    """The config picked fork or spawn: the server started ahead of it is not needed. It is
-    still importing, and only reads its stop request once its imports are done: kill it."""
+def stop_unused_server() -> None:
+    """Stop the server `fork_server_ahead` started, unless a config kept it (a fork server
+    anyone else started is none of our business). It may still be importing, and reads its
+    stop request only once its imports are done: kill it."""
     global _ahead
-    if not _ahead:
-        return  # a fork server the caller started is none of our business
-    _ahead = False
+    if _ahead is None:
+        return
+    _ahead = None
     from multiprocessing import forkserver
 
     server = forkserver._forkserver  # the module's singleton, as forkserver.ensure_running uses
@@ -78,6 +87,12 @@ def _stop_server_started_ahead() -> None:
         except ProcessLookupError:
             pass
         server._stop()  # reaps it and forgets its address (CPython's own way to stop it)
+
+
+def needs_dynamo(start_method: str, shared_optimizer: bool) -> bool:
+    """Whether this process needs torch._dynamo (~1.1 s), which every optimizer step imports:
+    forked workers inherit it, and a shared optimizer state is built here with one step."""
+    return start_method == "fork" or shared_optimizer
 
 
 def import_dynamo() -> None:

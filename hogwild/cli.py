@@ -119,10 +119,25 @@ def train(overrides: list[str]) -> int:
 def _hydra_main(overrides: list[str]) -> int:
     from hogwild import boot
 
-    if not any(o.startswith("-") and o not in ("-m", "--multirun") for o in overrides):
-        # a run, not --cfg or --help: its fork server's imports are the longest part of the
-        # start-up, so they begin before Hydra's import and compose (hogwild.boot)
-        boot.fork_server_ahead()
+    saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv = ["hogwild train", *overrides]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing them
+    try:
+        if not any(o.startswith("-") and o not in ("-m", "--multirun") for o in overrides):
+            # a run, not --cfg or --help: its fork server's imports are the longest part of
+            # the start-up, so they begin before Hydra's import and compose (hogwild.boot)
+            boot.fork_server_ahead()
+        return _compose_and_run(overrides)
+    finally:
+        boot.stop_unused_server()  # no config kept it: a refused or interrupted run
+        sys.argv = saved_argv
+        if saved_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_full_error
+
+
+def _compose_and_run(overrides: list[str]) -> int:
     import hydra
 
     from hogwild import cli_job, timeline
@@ -146,9 +161,6 @@ def _hydra_main(overrides: list[str]) -> int:
         exit_codes.append(cli_job.run_job(cfg, started_at))
         started_at = time.time()  # the next job of a sweep starts now
 
-    saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
-    sys.argv = ["hogwild train", *overrides]
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing them
     try:
         task()
     except Exception as e:
@@ -159,12 +171,6 @@ def _hydra_main(overrides: list[str]) -> int:
             raise  # not the user's input: a bug, with its traceback
         print(f"hogwild: error: {line}", file=sys.stderr)
         return 2
-    finally:
-        sys.argv = saved_argv
-        if saved_full_error is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = saved_full_error
     if sweep_jobs:  # one row per job of the multirun (hogwild.sweep)
         from hogwild import sweep
 

@@ -121,8 +121,8 @@ def _start(run, raw: dict, started_at: float | None, save_config):
         boot.fork_server(run.trainer.start_method)
     with timeline.phase("torch_import"):
         import torch
-    if run.trainer.start_method == "fork":
-        boot.import_dynamo()  # in a thread, while the data is built: the workers inherit it
+    if boot.needs_dynamo(run.trainer.start_method, run.shared_optimizer):
+        boot.import_dynamo()  # in a thread, while the data is built
 
     from hogwild.node import LocalNode
 

@@ -111,23 +111,41 @@ def check_optimizer(factory: Callable[..., torch.optim.Optimizer]) -> None:
     for key, value in keywords.items():  # the Python API: nan < 0 is False, torch takes it
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"optimizer.{key}={value} is not valid: expected a finite number")
-    # torch's optimizers check their arguments, then refuse an empty parameter list: that
-    # refusal means the arguments passed, without the ~1.1 s import of torch._dynamo that
-    # adding a parameter group costs. Anything else gets the full check below.
-    try:
-        factory([])
-    except ValueError as e:
-        if str(e) == EMPTY_PARAMETERS:
-            return
-    except Exception:  # noqa: BLE001 - the full check below gives the error
-        pass
+    if _checks_arguments_first(factory, keywords):
+        # it checks every argument, then refuses an empty parameter list: that refusal means
+        # the arguments passed, without the ~1.1 s import of torch._dynamo that adding a
+        # parameter group costs (hogwild.boot)
+        try:
+            factory([])
+        except ValueError as e:
+            if str(e) == EMPTY_PARAMETERS:
+                return
+        except Exception:  # noqa: BLE001 - the full check below gives the error
+            pass
     try:
         factory([torch.nn.Parameter(torch.zeros(1))])
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RuntimeError) as e:
         name = getattr(factory, "func", factory)
         raise ConfigError(
             f"optimizer {getattr(name, '__name__', name)} rejects its arguments: {e}"
         ) from None
+
+
+def _checks_arguments_first(factory: Callable[..., torch.optim.Optimizer], keywords) -> bool:
+    """torch's own optimizers whose every argument check comes before Optimizer.__init__ (torch
+    2.13); Adam, AdamW, SGD and Adagrad check `fused` only after it."""
+    cls = getattr(factory, "func", factory)
+    if cls in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad):
+        return not keywords.get("fused")
+    return cls in (
+        torch.optim.Adadelta,
+        torch.optim.Adamax,
+        torch.optim.ASGD,
+        torch.optim.NAdam,
+        torch.optim.RAdam,
+        torch.optim.RMSprop,
+        torch.optim.Rprop,
+    )
 
 
 def check_fds(num_tensors: int, cfg: TrainerConfig) -> None:

@@ -24,8 +24,12 @@ def _guard() -> None:
     parent = os.environ.pop(PARENT_ENV, None)
     if parent is None:
         return
-    if parent != str(os.getppid()):  # it died before this line (a Ctrl-C as the CLI starts)
-        os._exit(1)
+    if parent != str(os.getppid()):
+        try:
+            os.kill(int(parent), 0)
+        except ProcessLookupError:  # it died before this line (a Ctrl-C as the CLI starts)
+            os._exit(1)
+        return  # started through a wrapper (multiprocessing.set_executable): no guard
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):

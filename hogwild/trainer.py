@@ -140,8 +140,8 @@ class Trainer:
     def _prepare(self) -> preflight.Plan:
         """Everything that can refuse the run (hogwild.preflight), while the fork server boots."""
         boot.fork_server(self.cfg.start_method)
-        if self.cfg.start_method == "fork":
-            boot.import_dynamo()  # forked workers inherit it (hogwild.boot)
+        if boot.needs_dynamo(self.cfg.start_method, self.shared_optimizer):
+            boot.import_dynamo()
         with timeline.phase("checks"):
             plan = preflight.prepare(
                 self.cfg,

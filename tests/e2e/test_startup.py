@@ -28,6 +28,7 @@ FIT = textwrap.dedent(
         TrainerConfig(start_method=sys.argv[1], num_workers=2),
         batch_size=32,
         output_dir=sys.argv[2],
+        shared_optimizer=sys.argv[3] == "shared",
     )
     assert trainer.fit()["status"] == "completed"
     print("torch._dynamo" in sys.modules)
@@ -36,15 +37,21 @@ FIT = textwrap.dedent(
 
 
 @pytest.mark.parametrize(
-    "start_method, imported", [("forkserver", False), ("spawn", False), ("fork", True)]
+    "start_method, optimizer, imported",
+    [
+        ("forkserver", "own", False),
+        ("spawn", "own", False),
+        ("fork", "own", True),  # forked workers inherit it
+        ("forkserver", "shared", True),  # the shared state is built here with one step
+    ],
 )
-def test_the_orchestrator_imports_torch_dynamo_only_for_fork_workers(
-    tmp_path, start_method, imported
+def test_the_orchestrator_imports_torch_dynamo_only_when_it_needs_it(
+    tmp_path, start_method, optimizer, imported
 ):
-    # ~1.1 s of CPU: every optimizer step imports it, so forked workers inherit it; a fork
-    # server or a spawned worker imports it itself
+    # ~1.1 s of CPU, which every optimizer step imports; a fork server or a spawned worker
+    # imports it itself
     result = subprocess.run(
-        [sys.executable, "-c", FIT, start_method, str(tmp_path / "run")],
+        [sys.executable, "-c", FIT, start_method, str(tmp_path / "run"), optimizer],
         capture_output=True,
         text=True,
         timeout=180,
@@ -83,3 +90,47 @@ def test_a_fork_server_started_ahead_of_the_config_is_stopped_when_it_picks_spaw
         proc.terminate()
         _, err = proc.communicate(timeout=120)
     assert proc.returncode in (0, 143, 130), err[-3000:]
+
+
+BOOT = textwrap.dedent(
+    """
+    import os, sys
+    from multiprocessing import forkserver
+    import psutil
+    from hogwild import boot
+
+    def server():
+        return forkserver._forkserver._forkserver_pid
+
+    def gone(pid):
+        return not psutil.pid_exists(pid)  # killed and reaped, not a zombie
+
+    boot.fork_server_ahead()
+    ahead = server()
+    assert ahead and psutil.Process(ahead).ppid() == os.getpid()
+    case = sys.argv[1]
+    if case == "spawn":  # the config picks another start method
+        boot.fork_server("spawn")
+        assert server() is None and gone(ahead)
+    elif case == "env":  # the job sets what workers must see (hydra.job.env_set)
+        os.environ["HOGWILD_TEST_JOB_ENV"] = "1"
+        boot.fork_server("forkserver")
+        assert server() not in (None, ahead) and gone(ahead)
+    elif case == "kept":  # the config says forkserver: the same server, and it stays
+        boot.fork_server("forkserver")
+        boot.stop_unused_server()
+        assert server() == ahead and not gone(ahead)
+    elif case == "refused":  # no config kept it
+        boot.stop_unused_server()
+        assert server() is None and gone(ahead)
+    print("ok")
+    """
+)
+
+
+@pytest.mark.parametrize("case", ["spawn", "env", "kept", "refused"])
+def test_the_fork_server_started_ahead_is_kept_restarted_or_stopped(case):
+    result = subprocess.run(
+        [sys.executable, "-c", BOOT, case], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]

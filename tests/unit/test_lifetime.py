@@ -83,14 +83,21 @@ class Exited(Exception):
 def test_a_fork_server_whose_orchestrator_died_before_its_guard_exits_at_once(monkeypatch):
     # a Ctrl-C as the CLI starts can end the orchestrator while the fork server it just
     # started is still booting: without this it would import torch for seconds, then exit
+    import subprocess
+
     from hogwild import server_guard
 
     def exit_(code):
         raise Exited(code)
 
+    finished = subprocess.Popen(["true"])
+    finished.wait()  # reaped: no process has its pid now
     monkeypatch.setattr(os, "_exit", exit_)
-    monkeypatch.setenv(server_guard.PARENT_ENV, str(os.getpid()))  # never its own parent
+    monkeypatch.setenv(server_guard.PARENT_ENV, str(finished.pid))
     with pytest.raises(Exited):
         server_guard._guard()
     assert server_guard.PARENT_ENV not in os.environ  # its workers do not inherit the mark
+    # marked by a live process that is not its parent (a wrapper executable): no guard, no exit
+    monkeypatch.setenv(server_guard.PARENT_ENV, str(os.getpid()))
+    server_guard._guard()
     server_guard._guard()  # unmarked (any process but that fork server): nothing happens

@@ -10,6 +10,7 @@ from collections import namedtuple
 
 import pytest
 import torch
+from torch.optim.optimizer import required
 
 from hogwild import HogwildError, preflight, sharing
 from hogwild.sharing import FD_HEADROOM, PreflightError
@@ -185,6 +186,13 @@ class FirstParam(torch.optim.SGD):
         super().__init__(params, lr=lr)
 
 
+class NeedsLr(torch.optim.Optimizer):
+    """A user's optimizer with a required learning rate (checked when a group is added)."""
+
+    def __init__(self, params, lr=required):
+        super().__init__(params, {"lr": lr})
+
+
 @pytest.mark.parametrize(
     "factory, fragment",
     [
@@ -192,6 +200,10 @@ class FirstParam(torch.optim.SGD):
         (functools.partial(torch.optim.Adam, betas=(2.0, 0.9)), "Invalid beta parameter"),
         (functools.partial(torch.optim.SGD, lr=0.1, momentun=0.9), "momentun"),
         (functools.partial(Picky, lr=-1.0), "Invalid learning rate"),
+        # checked after Optimizer.__init__: the shortcut must not skip them
+        (functools.partial(torch.optim.Adam, fused=True, foreach=True), "cannot be `True`"),
+        (functools.partial(torch.optim.SGD, fused=True, differentiable=True), "differentiable"),
+        (NeedsLr, "required optimization parameter lr"),
     ],
 )
 def test_optimizer_check_refuses_bad_arguments_in_one_line(factory, fragment):
@@ -210,3 +222,19 @@ def test_optimizer_check_refuses_bad_arguments_in_one_line(factory, fragment):
 )
 def test_optimizer_check_accepts_good_arguments(factory):
     preflight.check_optimizer(factory)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "adagrad", "rmsprop"])
+def test_every_shipped_optimizer_is_checked_without_a_parameter_group(name):
+    # the shortcut that spares the orchestrator torch._dynamo's import (hogwild.boot): it
+    # holds as long as torch checks the arguments, then refuses the empty list, in these words
+    from hogwild.builders import build_optimizer_factory
+
+    from support import compose
+
+    values = compose([f"optimizer={name}"])["optimizer"]
+    values.pop("shared", None)
+    factory = build_optimizer_factory(values)
+    assert preflight._checks_arguments_first(factory, factory.keywords)
+    with pytest.raises(ValueError, match=preflight.EMPTY_PARAMETERS):
+        factory([])
