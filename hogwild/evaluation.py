@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+
+from hogwild.config import usable_cores
 
 log = logging.getLogger("hogwild")
 
@@ -39,7 +40,7 @@ def every_core(start_method: str) -> Iterator[None]:
     run on, when nothing is forked from it afterwards (`last_run_in_process`) nor was during
     the run (fork workers). Otherwise it stays at one thread, as during training."""
     global widened
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     if not last_run_in_process or start_method == "fork" or cores == 1:
         yield
         return

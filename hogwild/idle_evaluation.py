@@ -29,7 +29,6 @@ from __future__ import annotations
 import collections
 import copy
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hogwild import evaluation, timeline
+from hogwild.config import usable_cores
 from hogwild.run_state import Finished
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class IdleEvaluations:
         cores: int | None = None,
     ):
         self.evaluate, self.wait_seconds, self.runnable = evaluate, wait_seconds, runnable
-        self.cores = cores or len(os.sched_getaffinity(0))
+        self.cores = cores or usable_cores()
         self.model: torch.nn.Module | None = None  # the thread's own copy, made at first use
         self.waiting: collections.deque = collections.deque()  # (label, units, tensors, since)
         self.queue: collections.deque = collections.deque()  # handed to the thread

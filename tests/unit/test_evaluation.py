@@ -53,7 +53,7 @@ def threads(monkeypatch):
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     monkeypatch.setattr(evaluation, "widened", 0)
     monkeypatch.setattr(evaluation, "last_run_in_process", True)  # the CLI's one job
-    monkeypatch.setattr(evaluation.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr(evaluation, "usable_cores", lambda: 3)
     return calls
 
 
