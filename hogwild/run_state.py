@@ -97,6 +97,31 @@ class Terminate:
 EXIT_CODES = {"completed": 0, "failed": 1}
 
 
+class StallWatch:
+    """When each worker's step counter last moved; a worker whose counter has not moved for
+    `seconds` is hung."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.moved: dict[int, tuple[int, float]] = {}  # rank -> (its steps, when they last moved)
+
+    def forget(self, rank: int) -> None:
+        self.moved.pop(rank, None)  # a replacement's clock starts at its first Tick
+
+    def hung(self, now: float, steps: tuple[int, ...], judged: set[int]) -> list[tuple[int, float]]:
+        """(rank, seconds without a step) of each hung worker, skipping the ranks in `judged`."""
+        out = []
+        for rank, count in enumerate(steps):
+            if rank in judged:  # finished, or already judged
+                continue
+            was = self.moved.get(rank)
+            if was is None or was[0] != count:
+                self.moved[rank] = (count, now)
+            elif now - was[1] >= self.seconds:
+                out.append((rank, now - was[1]))
+        return out
+
+
 class RunState:
     def __init__(
         self,
@@ -109,7 +134,7 @@ class RunState:
     ):
         self.num_workers, self.on_failure, self.max_restarts = num_workers, on_failure, max_restarts
         self.grace_seconds, self.stall_seconds = grace_seconds, stall_seconds
-        self.moved: dict[int, tuple[int, float]] = {}  # rank -> (its steps, when they last moved)
+        self.stalls = StallWatch(stall_seconds)
         self.status = "running"  # -> completed | interrupted | failed
         self.signal: int | None = None
         self.failure: WorkerFailure | None = None  # rank -1: the orchestrator itself
@@ -168,7 +193,7 @@ class RunState:
         return []
 
     def _on_Exited(self, e: Exited) -> list[Any]:
-        self.moved.pop(e.rank, None)  # a replacement's clock starts at its first Tick
+        self.stalls.forget(e.rank)
         if e.rank in self.done and e.exitcode == 0:
             return []
         said = self.failures.pop(e.rank, None)
@@ -225,17 +250,12 @@ class RunState:
 
     def _stalls(self, e: Tick) -> list[Any]:
         out = []
-        for rank, steps in enumerate(e.steps):
-            was = self.moved.get(rank)
-            if rank in self.done or rank in self.failures:  # finished, or already judged
-                continue
-            if was is None or was[0] != steps:
-                self.moved[rank] = (steps, e.now)
-            elif e.now - was[1] >= self.stall_seconds:
-                seconds = e.now - was[1]
-                reason = f"hung: no step for {seconds:.0f} s (trainer.stall_seconds={self.stall_seconds:g})"
-                self.failures[rank] = Failure(rank, "stall", reason, "")
-                out.append(Stalled(rank, seconds))
+        for rank, seconds in self.stalls.hung(e.now, e.steps, self.done | set(self.failures)):
+            reason = (
+                f"hung: no step for {seconds:.0f} s (trainer.stall_seconds={self.stall_seconds:g})"
+            )
+            self.failures[rank] = Failure(rank, "stall", reason, "")
+            out.append(Stalled(rank, seconds))
         return out
 
     def all_exited(self) -> None:

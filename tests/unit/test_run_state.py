@@ -15,6 +15,7 @@ from hogwild.run_state import (
     RunFailed,
     RunState,
     Signal,
+    Stalled,
     StopWorkers,
     Terminate,
     Tick,
@@ -160,3 +161,35 @@ def test_the_status_never_goes_back():
     st.apply(Finished("solved"))
     st.all_exited()
     assert st.status == "interrupted" and st.exit_code == 143
+
+
+# ---- hung workers (trainer.stall_seconds) ----
+
+
+def test_a_worker_whose_steps_stop_moving_for_stall_seconds_is_judged_hung_once():
+    st = state(stall_seconds=10)
+    assert st.apply(Tick(0.0, (5, 5))) == []
+    assert st.apply(Tick(9.0, (6, 5))) == []  # rank 0 moved; rank 1 still within 10 s
+    assert st.apply(Tick(10.0, (7, 5))) == [Stalled(1, 10.0)]
+    assert st.failures[1].message == "hung: no step for 10 s (trainer.stall_seconds=10)"
+    assert st.apply(Tick(30.0, (7, 5))) == [Stalled(0, 20.0)]  # rank 1 is not judged twice
+
+
+def test_a_finished_worker_or_stall_seconds_0_is_never_judged_hung():
+    st = state(stall_seconds=10)
+    st.apply(Done(1))
+    st.apply(Tick(0.0, (0, 3)))
+    assert st.apply(Tick(5.0, (1, 3))) == []
+    assert st.apply(Tick(50.0, (2, 3))) == []
+    never = state()
+    never.apply(Tick(0.0, (0, 0)))
+    assert never.apply(Tick(1e6, (0, 0))) == []
+
+
+def test_a_replacement_worker_gets_a_fresh_clock():
+    st = state(stall_seconds=10, on_failure="restart", max_restarts=1)
+    st.apply(Tick(0.0, (4, 4)))
+    assert isinstance(st.apply(Exited(1, -9))[0], Restart)
+    assert st.apply(Tick(9.0, (5, 4))) == []  # rank 1's clock starts again at 9 s
+    assert st.apply(Tick(18.0, (6, 4))) == []
+    assert st.apply(Tick(19.0, (7, 4))) == [Stalled(1, 10.0)]
