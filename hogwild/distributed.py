@@ -214,37 +214,40 @@ class NodeSync:
             ) from None
 
     def figures(self, mine: dict[str, Any]) -> dict[str, Any]:
-        """The summary's `distributed` section; every node's figures when all got through."""
-        avg = self.averaging
-        sync = avg.figures() if avg else {}
-        mine = {
-            "rank": self.rank,
-            **mine,
-            "param_checksum": float(sum(p.detach().double().sum() for p in self.params)),
-            **{k: v for k, v in sync.items() if k.endswith("_seconds")},
-        }
-        # a collective: only when every node got through its final rounds (else it would wait)
-        per_node = self._gather(mine) if mine["status"] == "completed" else [mine]
-        rates = [p["samples_per_second"] for p in per_node]
-        table = avg.final_table if avg else None
-        return {
-            "world_size": self.world,
-            "rank": self.rank,
-            **(sync or {"sync_rounds": 0, "sync_seconds": 0.0, "sync_bytes": 0}),
-            "sync_every_n_steps": self.cfg.sync_every_n_steps,
-            # the whole run's figures: every node's samples/s added up, and every node's samples
-            "samples_per_second_all_nodes": round(sum(rates), 1)
-            if len(rates) == self.world and all(rates)
-            else None,
-            "samples_seen_all_nodes": None if table is None else int(table[:, 2].sum()),
-            "per_node": per_node,
-        }
-
-    def _gather(self, figures: dict[str, Any]) -> list[dict[str, Any]]:
-        out: list[Any] = [None] * self.world
-        self.collective("the final report", self.dist.all_gather_object, out, figures)
-        return out
+        """The summary's `distributed` section (`report`)."""
+        return report(self, mine)
 
     def close(self) -> None:
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
+
+
+def report(node: NodeSync, mine: dict[str, Any]) -> dict[str, Any]:
+    """The summary's `distributed` section; every node's figures when all got through."""
+    avg = node.averaging
+    sync = avg.figures() if avg else {}
+    mine = {
+        "rank": node.rank,
+        **mine,
+        "param_checksum": float(sum(p.detach().double().sum() for p in node.params)),
+        **{k: v for k, v in sync.items() if k.endswith("_seconds")},
+    }
+    # a collective: only when every node got through its final rounds (else it would wait)
+    per_node: list[Any] = [mine]
+    if mine["status"] == "completed":
+        per_node = [None] * node.world
+        node.collective("the final report", node.dist.all_gather_object, per_node, mine)
+    rates = [p["samples_per_second"] for p in per_node]
+    table = avg.final_table if avg else None
+    return {
+        "world_size": node.world,
+        "rank": node.rank,
+        **(sync or {"sync_rounds": 0, "sync_seconds": 0.0, "sync_bytes": 0}),
+        "sync_every_n_steps": node.cfg.sync_every_n_steps,
+        # the whole run's figures: every node's samples/s added up, and every node's samples
+        "samples_per_second_all_nodes": round(sum(rates), 1)
+        if len(rates) == node.world and all(rates)
+        else None,
+        "samples_seen_all_nodes": None if table is None else int(table[:, 2].sum()),
+        "per_node": per_node,
+    }
