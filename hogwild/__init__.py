@@ -7,7 +7,7 @@ Python API (no Hydra needed)::
             TrainerConfig(num_workers=2), batch_size=64, output_dir="runs/mine").fit()
 """
 
-from hogwild.config import A3CConfig, CheckpointConfig, ScheduleConfig, TrainerConfig
+from hogwild.config.schema import A3CConfig, CheckpointConfig, ScheduleConfig, TrainerConfig
 from hogwild.errors import ConfigError, DataError, HogwildError, WorkerFailure
 
 __all__ = [
@@ -26,7 +26,7 @@ __all__ = [
 def __getattr__(name: str):
     # Imported on first use: `hogwild --help` should not pay for importing torch (~1.5 s).
     if name == "Trainer":
-        from hogwild.trainer import Trainer
+        from hogwild.run.trainer import Trainer
 
         return Trainer
     raise AttributeError(f"module 'hogwild' has no attribute {name!r}")

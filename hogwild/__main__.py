@@ -1,4 +1,4 @@
-from hogwild.cli import run
+from hogwild.cli.main import run
 
 if __name__ == "__main__":
     run()

@@ -32,8 +32,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from hogwild import staleness
-from hogwild.config import ScheduleConfig
+from hogwild.config.schema import ScheduleConfig
+from hogwild.reporting import staleness
 
 # ---- orchestrator -> worker -------------------------------------------------------------------
 
@@ -76,7 +76,7 @@ class Control:
         self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()
         # One shared table, one storage (one fd to pass under file_descriptor): the progress
         # columns, the report columns (float64 bit patterns) and each rank's staleness
-        # histogram (hogwild.staleness).
+        # histogram (hogwild.reporting.staleness).
         self.table = torch.zeros(
             num_workers, 4 + 6 + staleness.COLUMNS, dtype=torch.int64
         ).share_memory_()

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from hogwild.bench.report import pyplot
-from hogwild.sweep import print_table, read_sweep, varying
+from hogwild.cli.sweep import print_table, read_sweep, varying
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -116,7 +116,7 @@ def cli_here(args, run_dir: Path) -> subprocess.CompletedProcess:
     import io
     import multiprocessing
 
-    from hogwild import cli
+    from hogwild.cli import main as cli
 
     argv = ["train", f"hydra.run.dir={run_dir}", "trainer.start_method=fork", *args]
     out, err = io.StringIO(), io.StringIO()
@@ -155,7 +155,7 @@ def compose(overrides=()) -> dict:
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
-    from hogwild.cli import config_dir, register_defaults
+    from hogwild.cli.main import config_dir, register_defaults
 
     register_defaults()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
@@ -164,7 +164,7 @@ def compose(overrides=()) -> dict:
 
 
 def run_config(overrides=()):
-    from hogwild.run_config import build_run_config
+    from hogwild.config.run_config import build_run_config
 
     return build_run_config(compose(overrides), output_dir="unused")
 

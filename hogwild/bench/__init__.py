@@ -44,7 +44,7 @@ How to read the columns:
                 fork server, resource tracker), sampled every 0.2 s: shared memory is counted
                 once in total, so N workers sharing a dataset do not count it N times.
 
-After the table, the fixed costs (hogwild.timeline, summary.json's `fixed_costs`): where each
+After the table, the fixed costs (hogwild.reporting.timeline, summary.json's `fixed_costs`): where each
 framework run's wall clock went outside training, and the same for one whole CLI run in a fresh
 interpreter (`python -m hogwild train data=synthetic ...`, 1 epoch; skip it with --no-cli),
 which adds the interpreter, imports, Hydra's compose, torch's import and the data.

@@ -1,5 +1,5 @@
 """The fixed costs: where a run's wall clock goes outside training, phase by phase
-(hogwild.timeline; summary.json's `fixed_costs`).
+(hogwild.reporting.timeline; summary.json's `fixed_costs`).
 
 The framework rows run through the Python API inside the benchmark's process, so their
 breakdown starts at `Trainer.fit`; one whole CLI run (`python -m hogwild train ...` in a fresh

@@ -175,7 +175,7 @@ def start_forkserver() -> float:
     """Start the one fork server of this process (shared by every forkserver run) with the modules
     the framework preloads, so that no row pays its start-up; return what it cost."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["hogwild.worker", "torch._dynamo", __name__])
+    ctx.set_forkserver_preload(["hogwild.worker.main", "torch._dynamo", __name__])
     t0 = time.monotonic()
     p = ctx.Process(target=_noop)
     p.start()

@@ -13,7 +13,7 @@ supervised workload does, rather than on a local copy synced before each rollout
 gradients are handed to the shared model. Gradients are process-local either way (the
 orchestrator shares the model with `grad=None`, so each worker allocates its own). The
 orchestrator evaluates the greedy policy every `eval_every_env_steps` and stops the run as
-solved (hogwild.evaluation.PolicyEvaluator).
+solved (hogwild.run.evaluation.PolicyEvaluator).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hogwild.config import A3CConfig
+from hogwild.config.schema import A3CConfig
 from hogwild.errors import ConfigError
-from hogwild.evaluation import PolicyEvaluator
+from hogwild.run.evaluation import PolicyEvaluator
 from hogwild.workloads import envs
 
 

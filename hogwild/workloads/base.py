@@ -3,7 +3,7 @@
 A workload has two halves. The orchestrator keeps the `Workload` (it shares what the workers
 need, evaluates the shared model, fills its part of the summary); each worker receives the
 `Task` it returns, a small picklable object whose `run(ctx)` loop takes steps through the
-worker's `hogwild.worker.WorkerContext`:
+worker's `hogwild.worker.main.WorkerContext`:
 
     def run(self, ctx):
         while not ctx.stopping():
@@ -15,7 +15,7 @@ Everything else (processes, sharing, signals, checkpoints, metrics, torchrun) is
 framework's and does not change with the workload. Supervised training on in-memory tensors
 (hogwild.workloads.supervised) is the first implementation; A3C on gymnasium environments
 (hogwild.workloads.a3c) the second. A workload may also set `shared_optimizer = True` to make
-one shared optimizer state its default (hogwild.optim_state), as A3C does.
+one shared optimizer state its default (hogwild.optim.shared_state), as A3C does.
 """
 
 from __future__ import annotations

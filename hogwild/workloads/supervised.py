@@ -4,7 +4,7 @@ The training split goes to shared memory once (or to the GPU); each epoch is one
 it, seeded by (seed, epoch) only, cut into disjoint shards, one per rank, so that
 `trainer.epochs=1` uses every sample once in total, not once per worker. A worker reads its
 batches straight out of the shared tensors with index_select. The orchestrator evaluates the
-shared model on the test split after every epoch (hogwild.evaluation).
+shared model on the test split after every epoch (hogwild.run.evaluation).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from hogwild import sharing
-from hogwild.device import HostBatches, Layout
 from hogwild.errors import ConfigError
-from hogwild.evaluation import SupervisedEvaluator
+from hogwild.process import sharing
 from hogwild.protocol import Control
-from hogwild.words import plural
+from hogwild.reporting.text import plural
+from hogwild.run.evaluation import SupervisedEvaluator
+from hogwild.workloads.device import HostBatches, Layout
 
 
 def epoch_permutation(num_samples: int, seed: int, epoch: int) -> torch.Tensor:

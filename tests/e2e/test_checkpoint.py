@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from hogwild import checkpoint
+from hogwild.run import checkpoint
 
 from support import FAILS_AT_STEP_40, SMALL, assert_refused_cleanly, read_summary, run_cli
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hogwild import checkpoint
+from hogwild.run import checkpoint
 
 from support import (
     SMALL,
@@ -175,7 +175,7 @@ def test_torchrun_restarts_a_failed_run_from_its_checkpoint_on_every_node(tmp_pa
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint=127.0.0.1:{free_port()}",
     ]
-    # two agents: torch's own fresh-store-per-attempt switch (see hogwild.distributed._attempt_store)
+    # two agents: torch's own fresh-store-per-attempt switch (see hogwild.distributed.torchrun._attempt_store)
     env = cli_env(
         HOGWILD_FAULT_FILE=str(fault), TORCH_DISABLE_SHARE_RDZV_TCP_STORE=str(int(agents == 2))
     )

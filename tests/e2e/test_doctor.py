@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from hogwild.config import usable_cores
+from hogwild.config.schema import usable_cores
 
 
 def test_doctor_json_reports_the_machine_and_a_recommended_config():

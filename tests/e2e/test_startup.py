@@ -1,4 +1,4 @@
-"""What a run starts early, and what it leaves out (hogwild.boot): the fork server starts
+"""What a run starts early, and what it leaves out (hogwild.process.forkserver): the fork server starts
 before the config is composed and is stopped when the config picks another start method; the
 orchestrator never imports torch._dynamo unless its workers are forks of it."""
 
@@ -97,7 +97,7 @@ BOOT = textwrap.dedent(
     import os, sys
     from multiprocessing import forkserver
     import psutil
-    from hogwild import boot
+    from hogwild.process import forkserver
 
     def server():
         return forkserver._forkserver._forkserver_pid
@@ -105,23 +105,23 @@ BOOT = textwrap.dedent(
     def gone(pid):
         return not psutil.pid_exists(pid)  # killed and reaped, not a zombie
 
-    boot.fork_server_ahead()
+    forkserver.fork_server_ahead()
     ahead = server()
     assert ahead and psutil.Process(ahead).ppid() == os.getpid()
     case = sys.argv[1]
     if case == "spawn":  # the config picks another start method
-        boot.fork_server("spawn")
+        forkserver.fork_server("spawn")
         assert server() is None and gone(ahead)
     elif case == "env":  # the job sets what workers must see (hydra.job.env_set)
         os.environ["HOGWILD_TEST_JOB_ENV"] = "1"
-        boot.fork_server("forkserver")
+        forkserver.fork_server("forkserver")
         assert server() not in (None, ahead) and gone(ahead)
     elif case == "kept":  # the config says forkserver: the same server, and it stays
-        boot.fork_server("forkserver")
-        boot.stop_unused_server()
+        forkserver.fork_server("forkserver")
+        forkserver.stop_unused_server()
         assert server() == ahead and not gone(ahead)
     elif case == "refused":  # no config kept it
-        boot.stop_unused_server()
+        forkserver.stop_unused_server()
         assert server() is None and gone(ahead)
     print("ok")
     """

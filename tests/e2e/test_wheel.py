@@ -50,7 +50,7 @@ def test_built_wheel_contains_configs_and_trains_from_another_folder(tmp_path):
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}
     where = subprocess.run(
-        [sys.executable, "-c", "import hogwild.cli as c; print(c.__file__, c.config_dir())"],
+        [sys.executable, "-c", "import hogwild.cli.main as c; print(c.__file__, c.config_dir())"],
         capture_output=True,
         text=True,
         env=env,

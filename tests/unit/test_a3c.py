@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from hogwild import optim_state
-from hogwild.config import A3CConfig, ScheduleConfig
+from hogwild.config.schema import A3CConfig, ScheduleConfig
 from hogwild.errors import ConfigError
-from hogwild.evaluation import PolicyEvaluator
 from hogwild.models import ActorCritic
+from hogwild.optim import shared_state
 from hogwild.protocol import Control, Scalars, WorkerSpec
-from hogwild.summary import _result_rows
-from hogwild.worker import WorkerContext
+from hogwild.run.evaluation import PolicyEvaluator
+from hogwild.run.summary import _result_rows
+from hogwild.worker.main import WorkerContext
 from hogwild.workloads import envs
 from hogwild.workloads.a3c import A3CTask, A3CWorkload, Episodes
 
@@ -185,17 +185,17 @@ def test_the_shared_adam_step_counter_counts_every_workers_updates():
     model = ActorCritic([4], 2)
     params = list(model.parameters())
     factory = functools.partial(torch.optim.Adam, lr=1e-3)
-    state = optim_state.share(optim_state.build(factory, params))
+    state = shared_state.share(shared_state.build(factory, params))
     workers = [factory(params) for _ in range(2)]
     for optimizer in workers:
-        optim_state.attach(optimizer, params, state)
+        shared_state.attach(optimizer, params, state)
     for _ in range(5):
         for optimizer in workers:
             for p in params:
                 p.grad = torch.ones_like(p)
             optimizer.step()
     assert isinstance(state[0]["step"], torch.Tensor) and state[0]["step"].is_shared()
-    assert optim_state.steps(state) == 10
+    assert shared_state.steps(state) == 10
     assert all(int(s["step"]) == 10 for s in state)
     assert all(o.state[params[0]]["step"] is state[0]["step"] for o in workers)
 

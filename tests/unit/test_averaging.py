@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from hogwild.averaging import Averaging
-from hogwild.config import DistributedConfig
-from hogwild.distributed import NodeSync
-from hogwild.sync_round import Outcome, flatten, fold_in, pack_meta
+from hogwild.config.schema import DistributedConfig
+from hogwild.distributed.averaging import Averaging
+from hogwild.distributed.rounds import Outcome, flatten, fold_in, pack_meta
+from hogwild.distributed.torchrun import NodeSync
 
 from support import free_port
 

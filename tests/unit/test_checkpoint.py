@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from hogwild import checkpoint
-from hogwild.checkpoint import CheckpointError
 from hogwild.errors import RunFolderError
 from hogwild.models import MLP
+from hogwild.run import checkpoint
+from hogwild.run.checkpoint import CheckpointError
 
 RUN = {
     "data": "digits",

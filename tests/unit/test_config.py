@@ -10,9 +10,9 @@ import pytest
 import yaml
 from hydra.utils import get_object
 
-from hogwild import builders
-from hogwild.cli import config_dir
-from hogwild.config import GROUPS, usable_cores
+from hogwild.cli import builders
+from hogwild.cli.main import config_dir
+from hogwild.config.schema import GROUPS, usable_cores
 from hogwild.errors import ConfigError
 
 from support import REPO, compose, run_config
@@ -200,9 +200,9 @@ def test_a_yaml_value_agrees_with_its_targets_default_unless_it_says_it_differs(
 
 
 def test_the_configuration_reference_is_current():
-    from hogwild import config_docs
+    from hogwild.cli import config_docs
 
     path = REPO / "docs" / "configuration.md"
     assert path.read_text() == config_docs.render(), (
-        "docs/configuration.md is out of date: python -m hogwild.config_docs > docs/configuration.md"
+        "docs/configuration.md is out of date: python -m hogwild.cli.config_docs > docs/configuration.md"
     )

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hogwild import device as device_rules
 from hogwild.errors import ConfigError
+from hogwild.workloads import device as device_rules
 
 from support import run_config
 

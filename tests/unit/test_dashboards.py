@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from hogwild.dashboards import COLUMNS, METRICS, TensorBoardSink, hparams_summaries
+from hogwild.reporting.dashboards import COLUMNS, METRICS, TensorBoardSink, hparams_summaries
 
 
 def run_dirs(overrides=()) -> tuple[str, str]:
     from hydra import compose, initialize_config_dir
 
-    from hogwild.cli import config_dir, register_defaults
+    from hogwild.cli.main import config_dir, register_defaults
 
     register_defaults()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):

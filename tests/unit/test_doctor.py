@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 
-from hogwild import doctor
+from hogwild.cli import doctor
 
 
 def test_doctor_fails_with_the_reason_when_dev_shm_is_too_small(monkeypatch, capsys):

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hogwild import evaluation, preflight
-from hogwild.config import TrainerConfig
-from hogwild.device import Layout
+from hogwild.config.schema import TrainerConfig
 from hogwild.errors import ConfigError
-from hogwild.evaluation import SupervisedEvaluator
+from hogwild.run import evaluation, preflight
+from hogwild.run.evaluation import SupervisedEvaluator
+from hogwild.workloads.device import Layout
 
 
 def evaluator(epochs=3):

@@ -15,7 +15,7 @@ import pytest
 PROBE = textwrap.dedent(
     """
     import ctypes, sys
-    from hogwild import heap
+    from hogwild.worker import heap
 
     class MallInfo(ctypes.Structure):
         _fields_ = [(n, ctypes.c_size_t) for n in

@@ -8,8 +8,8 @@ import threading
 import pytest
 import torch
 
-from hogwild import idle_evaluation
-from hogwild.idle_evaluation import IdleEvaluations, runnable_threads
+from hogwild.run import idle_evaluation
+from hogwild.run.idle_evaluation import IdleEvaluations, runnable_threads
 from tests.support import wait_until
 
 
@@ -167,7 +167,7 @@ def finishing_loop(status: str, signals=(), force=False):
     three evaluations waiting (the first blocked in the thread until `gate` is set)."""
     from types import SimpleNamespace
 
-    from hogwild.run_state import RunState
+    from hogwild.run.state import RunState
 
     seen, gate = [], threading.Event()
     idle = IdleEvaluations(recorder(seen, gate), wait_seconds=0, runnable=busy(2), cores=2)

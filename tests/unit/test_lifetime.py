@@ -1,4 +1,4 @@
-"""Signals from the first line to the last write (hogwild.lifetime): one receiver thread takes
+"""Signals from the first line to the last write (hogwild.process.signals): one receiver thread takes
 them; before a run they raise Interrupted in the main thread, during a run they are recorded;
 children are born ignoring what a terminal sends."""
 
@@ -12,16 +12,16 @@ import time
 
 import pytest
 
-from hogwild import lifetime
+from hogwild.process import signals
 
 from support import wait_until
 
 
 @pytest.fixture
 def installed():
-    previous = lifetime.install()
+    previous = signals.install()
     yield
-    lifetime.restore(previous)
+    signals.restore(previous)
 
 
 def test_a_signal_before_the_run_raises_interrupted_in_the_main_thread(installed):
@@ -30,8 +30,8 @@ def test_a_signal_before_the_run_raises_interrupted_in_the_main_thread(installed
     # torch's own threads predate install() and would take a process-directed signal, and
     # CPython notices a signal taken by a thread it does not run only once the main thread
     # next waits (here: when the 30 s loop below ends, just inside or outside pytest.raises).
-    signal.pthread_kill(lifetime._RECEIVER.thread.ident, signal.SIGINT)
-    with pytest.raises(lifetime.Interrupted) as info:
+    signal.pthread_kill(signals._RECEIVER.thread.ident, signal.SIGINT)
+    with pytest.raises(signals.Interrupted) as info:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the main thread runs Python: it is raised here
             sum(range(1000))
@@ -39,7 +39,7 @@ def test_a_signal_before_the_run_raises_interrupted_in_the_main_thread(installed
 
 
 def test_during_a_run_signals_are_recorded_not_raised(installed):
-    with lifetime.SignalRelay() as relay:
+    with signals.SignalRelay() as relay:
         os.kill(os.getpid(), signal.SIGTERM)
         assert wait_until(lambda: len(relay.pending) == 1, 30), relay.pending
         os.kill(os.getpid(), signal.SIGINT)
@@ -49,31 +49,31 @@ def test_during_a_run_signals_are_recorded_not_raised(installed):
 
 def test_every_thread_blocks_them_and_restore_gives_them_back():
     before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
-    previous = lifetime.install()
-    assert set(lifetime.SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
-    lifetime.restore(previous)
+    previous = signals.install()
+    assert set(signals.SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    signals.restore(previous)
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert not lifetime.installed()
+    assert not signals.installed()
 
 
 def test_a_child_started_born_deaf_ignores_ctrl_c_and_hangups(installed):
     code = "import signal as s; print([s.getsignal(n) == s.SIG_IGN for n in (s.SIGINT, s.SIGHUP)])"
-    with lifetime.born_deaf():
+    with signals.born_deaf():
         child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert child.communicate(timeout=60)[0].strip() == "[True, True]"
     assert signal.getsignal(signal.SIGINT) != signal.SIG_IGN  # only while it was started
 
 
 def test_a_signal_while_a_child_starts_is_acted_on_once_it_is_out(installed):
-    with pytest.raises(lifetime.Interrupted):
-        with lifetime.born_deaf():
+    with pytest.raises(signals.Interrupted):
+        with signals.born_deaf():
             # to the receiver thread itself: a thread that predates install() (this test
             # process has torch's) would drop it now, while Ctrl-C is ignored for the child
-            signal.pthread_kill(lifetime._RECEIVER.thread.ident, signal.SIGINT)
-            assert wait_until(lambda: lifetime._RECEIVER.deferred, 30)
+            signal.pthread_kill(signals._RECEIVER.thread.ident, signal.SIGINT)
+            assert wait_until(lambda: signals._RECEIVER.deferred, 30)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # as the tracker does
-    assert set(lifetime.SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    assert set(signals.SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
 
 
 class Exited(Exception):
@@ -85,7 +85,7 @@ def test_a_fork_server_whose_orchestrator_died_before_its_guard_exits_at_once(mo
     # started is still booting: without this it would import torch for seconds, then exit
     import subprocess
 
-    from hogwild import server_guard
+    from hogwild.process import server_guard
 
     def exit_(code):
         raise Exited(code)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hogwild.metrics import NullSink, ProgressWindow, Sinks
 from hogwild.protocol import Control
+from hogwild.reporting.sinks import NullSink, ProgressWindow, Sinks
 
 
 class Recorder(NullSink):
@@ -28,7 +28,7 @@ def table(num_workers=2, samples=(0, 0)):
 
 
 def publish(control, rank, steps, samples, loss_sum, lr):
-    """What a worker's step loop writes to its row (hogwild.worker)."""
+    """What a worker's step loop writes to its row (hogwild.worker.main)."""
     control.progress[rank, Control.SAMPLES] += samples
     control.reports[rank, Control.LOSS] += loss_sum
     control.reports[rank, Control.LOSS_STEPS] += steps

@@ -7,8 +7,8 @@ import functools
 import pytest
 import torch
 
-from hogwild import optim_state
 from hogwild.errors import ConfigError
+from hogwild.optim import shared_state
 
 from support import run_config
 
@@ -30,7 +30,7 @@ def params() -> list[torch.nn.Parameter]:
 def test_build_makes_a_fresh_state_without_moving_the_weights(name):
     ps = params()
     before = [p.detach().clone() for p in ps]
-    states = optim_state.build(FACTORIES[name], ps)
+    states = shared_state.build(FACTORIES[name], ps)
     assert len(states) == len(ps) and all(states)
     assert all(torch.equal(b, p) for b, p in zip(before, ps))  # weight decay ran on clones only
     for state in states:
@@ -42,11 +42,11 @@ def test_build_makes_a_fresh_state_without_moving_the_weights(name):
 @pytest.mark.parametrize("name", FACTORIES)
 def test_two_optimizers_on_one_shared_state_see_each_others_updates(name):
     ps = params()
-    states = optim_state.share(optim_state.build(FACTORIES[name], ps))
-    assert all(t.is_shared() for t in optim_state.tensors(states))
+    states = shared_state.share(shared_state.build(FACTORIES[name], ps))
+    assert all(t.is_shared() for t in shared_state.tensors(states))
     first, second = FACTORIES[name](ps), FACTORIES[name](ps)
-    optim_state.attach(first, ps, states)
-    optim_state.attach(second, ps, states)
+    shared_state.attach(first, ps, states)
+    shared_state.attach(second, ps, states)
     for p in ps:
         p.grad = torch.ones_like(p)
     first.step()
@@ -56,14 +56,14 @@ def test_two_optimizers_on_one_shared_state_see_each_others_updates(name):
     )  # first's step is visible
     second.step()
     if "step" in states[0]:
-        assert optim_state.steps(states) == 2  # one counter, advanced by both
+        assert shared_state.steps(states) == 2  # one counter, advanced by both
 
 
 def test_an_optimizer_without_state_is_refused():
     with pytest.raises(
         ConfigError, match="optimizer.shared=true: SGD keeps no per-parameter state"
     ):
-        optim_state.build(functools.partial(torch.optim.SGD, lr=0.1), params())
+        shared_state.build(functools.partial(torch.optim.SGD, lr=0.1), params())
 
 
 def test_shared_must_be_a_boolean():
@@ -78,24 +78,24 @@ def test_an_optimizer_for_sparse_gradients_is_built_and_judged_like_the_others()
     which cannot be shared: a clear refusal, not a traceback."""
     table = torch.nn.Embedding(10, 3, sparse=True)
     with pytest.raises(ConfigError, match="SparseAdam keeps step as plain Python values"):
-        optim_state.build(
+        shared_state.build(
             functools.partial(torch.optim.SparseAdam, lr=0.01), list(table.parameters())
         )
 
 
 def test_restore_copies_a_saved_state_that_fits_and_names_one_that_does_not():
     adam = FACTORIES["adam"]
-    saved = optim_state.build(adam, params())
+    saved = shared_state.build(adam, params())
     for state in saved:
         for t in state.values():
             t.fill_(3.0)
-    fresh = optim_state.build(adam, params())
-    assert optim_state.restore(fresh, saved) is None
+    fresh = shared_state.build(adam, params())
+    assert shared_state.restore(fresh, saved) is None
     assert all(torch.all(t == 3.0) for state in fresh for t in state.values())
-    momentum = optim_state.build(FACTORIES["sgd-momentum"], params())
-    reason = optim_state.restore(momentum, saved)
+    momentum = shared_state.build(FACTORIES["sgd-momentum"], params())
+    reason = shared_state.restore(momentum, saved)
     assert "momentum_buffer" in reason and "exp_avg" in reason
     assert all(torch.all(t == 0.0) for state in momentum for t in state.values())  # left fresh
-    assert "2 parameters" in optim_state.restore(
-        optim_state.build(adam, list(torch.nn.Linear(4, 3, bias=False).parameters())), saved
+    assert "2 parameters" in shared_state.restore(
+        shared_state.build(adam, list(torch.nn.Linear(4, 3, bias=False).parameters())), saved
     )

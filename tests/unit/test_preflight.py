@@ -12,8 +12,10 @@ import pytest
 import torch
 from torch.optim.optimizer import required
 
-from hogwild import HogwildError, preflight, sharing
-from hogwild.sharing import FD_HEADROOM, PreflightError
+from hogwild import HogwildError
+from hogwild.process import sharing
+from hogwild.process.sharing import FD_HEADROOM, PreflightError
+from hogwild.run import preflight
 
 Budget = namedtuple("Budget", "before after error")
 
@@ -226,9 +228,9 @@ def test_optimizer_check_accepts_good_arguments(factory):
 
 @pytest.mark.parametrize("name", ["sgd", "adam", "adagrad", "rmsprop"])
 def test_every_shipped_optimizer_is_checked_without_a_parameter_group(name):
-    # the shortcut that spares the orchestrator torch._dynamo's import (hogwild.boot): it
+    # the shortcut that spares the orchestrator torch._dynamo's import (hogwild.process.forkserver): it
     # holds as long as torch checks the arguments, then refuses the empty list, in these words
-    from hogwild.builders import build_optimizer_factory
+    from hogwild.cli.builders import build_optimizer_factory
 
     from support import compose
 

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from hogwild import checkpoint
+from hogwild.run import checkpoint
 
 from support import SMALL, assert_refused_cleanly, cli_here, free_port
 

@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from hogwild.protocol import Done, EpochEnd, Failure, Hello
-from hogwild.run_state import (
+from hogwild.run.state import (
     Exited,
     Failed,
     Finished,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hogwild.config import ScheduleConfig
+from hogwild.config.schema import ScheduleConfig
 from hogwild.errors import ConfigError
-from hogwild.schedule import Scheduler, factor
+from hogwild.optim.schedule import Scheduler, factor
 
 from support import run_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hogwild import staleness
+from hogwild.reporting import staleness
 
 
 def row_of(values) -> np.ndarray:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from hogwild.summary import Summary
-from hogwild.words import plural
+from hogwild.reporting.text import plural
+from hogwild.run.summary import Summary
 
 
 def summary(**overrides) -> Summary:

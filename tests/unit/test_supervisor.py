@@ -9,8 +9,8 @@ import os
 import pytest
 
 from hogwild.protocol import Done, Hello
-from hogwild.run_state import Exited
-from hogwild.supervisor import Supervisor
+from hogwild.run.state import Exited
+from hogwild.run.supervisor import Supervisor
 
 
 class FakeProcess:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hogwild import timeline
+from hogwild.reporting import timeline
 
 
 def test_the_breakdown_lists_phases_in_order_and_adds_up_to_the_wall_clock(monkeypatch):

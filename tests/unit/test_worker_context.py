@@ -10,11 +10,11 @@ import math
 import pytest
 import torch
 
-from hogwild.config import ScheduleConfig
+from hogwild.config.schema import ScheduleConfig
 from hogwild.data import make_synthetic
-from hogwild.device import Layout
 from hogwild.protocol import Control, EpochEnd, WorkerSpec
-from hogwild.worker import NonFinite, WorkerContext, grads_finite
+from hogwild.worker.main import NonFinite, WorkerContext, grads_finite
+from hogwild.workloads.device import Layout
 from hogwild.workloads.supervised import SupervisedWorkload
 
 
@@ -173,7 +173,7 @@ def test_the_gradient_check_reads_dense_and_sparse_gradients():
 
 
 def test_staleness_counts_the_other_workers_updates_between_read_and_write():
-    from hogwild import staleness
+    from hogwild.reporting import staleness
 
     model = torch.nn.Linear(4, 2)
     ctx, control, _ = context(model, num_workers=2, rank=0)

@@ -1,0 +1,218 @@
+"""One training job of the CLI (hogwild.cli.main): a composed config in, the report out.
+
+    run_job(cfg)   validate (build_run_config) -> claim the run folder -> write .hydra/ ->
+                   build data, model, optimizer -> Trainer.fit() -> the report on stdout
+
+A refused job leaves no folder behind; the node that writes (rank 0 under torchrun) holds the
+run folder from before `.hydra/` is written to its last write (hogwild.run.folder).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from hogwild.reporting.text import plural
+
+log = logging.getLogger("hogwild")
+
+# Finished runs, kept until os._exit: freeing a file_system shared tensor after
+# torch_shm_manager was killed aborts the process ("terminate called ... Broken pipe"); the
+# kernel frees them at exit, and hogwild.process.sharing unlinks their names.
+_FINISHED: list = []
+
+
+def run_job(cfg, started_at: float | None = None) -> int:
+    """One training run from a composed config; returns the process exit code."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from hogwild.config.run_config import build_run_config
+    from hogwild.errors import HogwildError
+    from hogwild.process.signals import Interrupted
+
+    output_dir = HydraConfig.get().runtime.output_dir
+    try:  # a bad value is refused before torch is even imported (~2 s)
+        raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        run = build_run_config(raw, output_dir)
+        # which file of each config group was used (data: mnist, ...): the run's record, and
+        # the experiment / data / model / optimizer columns of TensorBoard's HParams tab
+        choices = HydraConfig.get().runtime.choices
+        raw["choices"] = {k: v for k, v in choices.items() if not k.startswith("hydra/")}
+        log.info(  # the first line, within a second of the start: torch and the data take longer
+            "preparing %s on %s: %s, %s",
+            choices.get("model", "model"),
+            choices.get("data", "data"),
+            plural(run.trainer.num_workers, "worker"),
+            run.trainer.start_method,
+        )
+        trainer = _train(run, raw, started_at, lambda: _save_hydra_files(cfg, output_dir))
+    except HogwildError as e:
+        _remove_if_empty(output_dir)  # Hydra made it for this run; a refused run leaves nothing
+        print(f"hogwild: error: {e.cli or e}", file=sys.stderr)
+        return 2
+    except Interrupted:  # before the run started (its records are written once it has)
+        _remove_if_empty(output_dir)
+        raise
+    _FINISHED.append(trainer)  # its shared tensors live until the process exits (see run())
+    try:
+        return _report(trainer)
+    except Interrupted:  # after summary.json: the run's exit code stands
+        return trainer.summary.exit_code
+
+
+def _save_hydra_files(cfg, output_dir: str) -> None:
+    """What Hydra writes to `.hydra/` (hydra.output_subdir is null in train.yaml): written here,
+    once this run holds its folder, so that a second run into it cannot overwrite them."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from hogwild.run import folder as run_folder
+
+    folder = Path(output_dir) / ".hydra"
+    hydra_cfg = HydraConfig.get()
+    files = {
+        "config.yaml": cfg,
+        "hydra.yaml": OmegaConf.create({"hydra": OmegaConf.to_container(hydra_cfg)}),
+        "overrides.yaml": OmegaConf.create(list(hydra_cfg.overrides.task)),
+    }
+    for name, content in files.items():
+        try:
+            folder.mkdir(exist_ok=True)
+            OmegaConf.save(content, folder / name)
+        except OSError as e:
+            raise run_folder.write_error(str(folder / name), e) from None
+
+
+def _remove_if_empty(folder: str) -> None:
+    """The run folder, and the empty folders Hydra made above it (outputs/<date>/), up to the
+    working directory."""
+    stop, path = Path.cwd().resolve(), Path(folder).resolve()
+    while path != stop and stop in path.parents:
+        try:
+            path.rmdir()
+        except OSError:
+            return
+        path = path.parent
+
+
+def _train(run, raw: dict, started_at: float | None, save_config=lambda: None):
+    import contextlib
+
+    from hogwild.run import folder as run_folder
+
+    # A single node holds its run folder from the start: a Ctrl-C while torch is imported
+    # then leaves no folder behind (the claim removes a fresh one that never started). Under
+    # torchrun only rank 0 claims it, once the nodes have met (below).
+    single = run.distributed.mode != "torchrun"
+    with run_folder.claim(run.output_dir) if single else contextlib.nullcontext():
+        return _start(run, raw, started_at, save_config)
+
+
+def _start(run, raw: dict, started_at: float | None, save_config):
+    import contextlib
+
+    from hogwild.process import forkserver
+    from hogwild.reporting import timeline
+    from hogwild.run import folder as run_folder
+
+    # the fork server (started before the config, hogwild.cli.main) imports torch while this one does
+    with timeline.phase("fork_server_launch"):
+        forkserver.fork_server(run.trainer.start_method)
+    with timeline.phase("torch_import"):
+        import torch
+    if forkserver.needs_dynamo(run.trainer.start_method, run.shared_optimizer):
+        forkserver.import_dynamo()  # in a thread, while the data is built
+
+    from hogwild.distributed.node import LocalNode
+
+    # Before any torch work in this process: an OpenMP pool used here and then inherited
+    # through fork hangs any child that asks for more than one thread.
+    torch.set_num_threads(1)
+    node = LocalNode()
+    try:
+        if run.distributed.mode == "torchrun":
+            from hogwild.distributed.torchrun import NodeSync
+
+            node = NodeSync(run.distributed, torch.device(run.trainer.device))
+            _tag_log_lines(f"[node {node.rank}] ")
+        # the node that writes holds the run folder from here to its last write
+        claim = run_folder.claim(run.output_dir) if node.is_writer else contextlib.nullcontext()
+        with claim:
+            if node.is_writer:
+                save_config()
+            return _fit(run, raw, started_at, node)
+    finally:
+        node.close()
+
+
+def _fit(run, raw: dict, started_at: float | None, node):
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    from hogwild.cli import builders
+    from hogwild.reporting import timeline
+    from hogwild.run import evaluation
+    from hogwild.run.trainer import Trainer
+
+    # one job, and the process exits after it: the final evaluation may use every core
+    evaluation.last_run_in_process = HydraConfig.get().mode == RunMode.RUN
+
+    with timeline.phase("data_and_model"):  # a data set, or an environment (A3C)
+        data, model = builders.build_workload(run, node, started_at)
+    trainer = Trainer(
+        model=model,
+        data=data,
+        optimizer_factory=builders.build_optimizer_factory(run.optimizer),
+        trainer=run.trainer,
+        batch_size=run.batch_size,
+        output_dir=run.output_dir,
+        checkpointing=run.checkpoint,
+        resume_from=run.resume_from,
+        shared_optimizer=run.shared_optimizer,
+        schedule=run.schedule,
+        node=node,
+        record=raw,
+        started_at=started_at,
+    )
+    with logging_redirect_tqdm():
+        trainer.fit()
+    return trainer
+
+
+def _tag_log_lines(tag: str) -> None:
+    """Under torchrun every node logs to the same terminal: say which node each line is from."""
+
+    class Tag(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if not str(record.msg).startswith(tag):
+                record.msg = f"{tag}{record.msg}"
+            return True
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(Tag())
+
+
+def _report(trainer) -> int:
+    """The few lines a user reads at the end of a run (rank 0's; the other nodes say one)."""
+    node = trainer.node
+    summary = trainer.summary
+    if not node.is_writer:
+        print(
+            f"node {node.rank}: {summary.status}, {summary.total_samples:,} samples "
+            f"({summary.samples_per_second or 0:,.0f}/s); rank 0 writes the run's files"
+        )
+        return summary.exit_code
+    failure, lines = summary.report(trainer.output_dir)
+    if failure:
+        print(failure, file=sys.stderr)
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:  # `hogwild train | head -1`: a reader that left is not a failure
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nor is Python's flush of stdout at exit
+        os.close(devnull)
+    return summary.exit_code

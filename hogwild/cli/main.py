@@ -1,0 +1,194 @@
+"""`python -m hogwild <command> [hydra overrides]`: the CLI layer (with hogwild.cli.job, one job,
+and hogwild.cli.hydra_errors), where Hydra stops.
+
+    python -m hogwild train                            # digits, 2 workers, offline
+    python -m hogwild train +experiment=mnist          # the classic MNIST Hogwild setup
+    python -m hogwild train trainer.num_workers=4 trainer.start_method=spawn
+    python -m hogwild train -m trainer.num_workers=1,2 # a Hydra sweep, one run folder each
+    python -m hogwild train --cfg job                  # print the composed config
+
+Hydra composes the config; `build_run_config` validates it into plain dataclasses before any
+data is loaded or any process starts; builders turn the `_target_` sections into objects; the
+Trainer runs. Errors the user can fix are printed as one line, with a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from hogwild.reporting.text import plural
+
+USAGE = """usage: hogwild <command> [options]
+
+commands:
+  train     train a model with Hogwild workers (Hydra overrides follow; `train --help` lists them)
+  doctor    check this machine (cores, sharing, /dev/shm, open files, CUDA) and suggest a config
+  bench     measure the framework against a plain hand-written Hogwild loop (`bench --help`)
+
+examples:
+  hogwild train
+  hogwild train +experiment=mnist trainer.num_workers=4
+  hogwild train -m trainer.num_workers=1,2"""
+
+log = logging.getLogger("hogwild")
+
+
+def config_dir() -> str:
+    """configs/ ships inside the wheel as hogwild/configs; a source checkout has it at the top."""
+    here = Path(__file__).resolve().parent.parent  # the package: hogwild/cli/ is one down
+    for candidate in (here / "configs", here.parent / "configs"):
+        if (candidate / "train.yaml").is_file():
+            return str(candidate)
+    raise FileNotFoundError(
+        f"hogwild's configs are missing (looked in {here / 'configs'} and {here.parent / 'configs'})"
+    )
+
+
+def run() -> None:
+    """The `hogwild` command and `python -m hogwild`: main(), the exit handlers, then the exit
+    itself without interpreter teardown. Every file is written by then; the teardown only frees
+    memory, and with torch loaded it can take a second, or abort the process (a shared tensor
+    freed after torch_shm_manager was killed) with an exit code that is not the run's."""
+    import atexit
+
+    code = main()
+    atexit._run_exitfuncs()  # logging's flush, our /dev/shm cleanup (hogwild.process.sharing), ...
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, OSError):
+            pass
+    os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "train":
+        return train(rest)
+    if command == "doctor":
+        from hogwild.cli import doctor
+
+        return doctor.main(rest)
+    if command == "bench":
+        from hogwild import bench
+
+        return bench.main(rest)
+    print(
+        f"hogwild: unknown command {command!r}; commands: train, doctor, bench (see `hogwild --help`)",
+        file=sys.stderr,
+    )
+    return 2
+
+
+def register_defaults() -> None:
+    """Each typed group's base config is its dataclass's defaults (hogwild.config.schema, the one home
+    of every default): `trainer/default.yaml` and friends inherit `_defaults` and restate
+    nothing. Plain dicts, not typed nodes: hogwild's own checks give the clearer errors."""
+    import dataclasses
+
+    from hydra.core.config_store import ConfigStore
+
+    from hogwild.config.schema import GROUPS
+
+    store = ConfigStore.instance()
+    for group, cls in GROUPS.items():
+        store.store(group=group, name="_defaults", node=dataclasses.asdict(cls()))
+
+
+def train(overrides: list[str]) -> int:
+    from hogwild.process import signals
+
+    previous = signals.install()  # Ctrl-C, SIGTERM, SIGHUP: one line, no traceback, from here on
+    try:
+        return _hydra_main(overrides)
+    except signals.Interrupted as e:  # before a run's workers started (docs/fault-tolerance.md)
+        print(f"hogwild: interrupted by {e} before the run started; nothing was written")
+        return e.exit_code
+    finally:
+        signals.restore(previous)
+
+
+def _hydra_main(overrides: list[str]) -> int:
+    from hogwild.process import forkserver
+
+    saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv = ["hogwild train", *overrides]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing them
+    try:
+        if not any(o.startswith("-") and o not in ("-m", "--multirun") for o in overrides):
+            # a run, not --cfg or --help: its fork server's imports are the longest part of
+            # the start-up, so they begin before Hydra's import and compose (hogwild.process.forkserver)
+            forkserver.fork_server_ahead()
+        return _compose_and_run(overrides)
+    finally:
+        forkserver.stop_unused_server()  # no config kept it: a refused or interrupted run
+        sys.argv = saved_argv
+        if saved_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_full_error
+
+
+def _compose_and_run(overrides: list[str]) -> int:
+    import hydra
+
+    from hogwild.cli import job as cli_job
+    from hogwild.reporting import timeline
+
+    exit_codes: list[int] = []
+    sweep_jobs: list[str] = []  # each job's folder, under -m
+    started_at, entered = _process_start_time(), time.time()
+    register_defaults()
+
+    @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")
+    def task(cfg) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        nonlocal started_at
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            sweep_jobs.append(HydraConfig.get().runtime.output_dir)
+        # the run's fixed costs start with the interpreter (the first job) and Hydra's compose
+        first = {"python_and_imports": entered - started_at} if not exit_codes else {}
+        timeline.begin(started_at, {**first, "config": time.time() - max(entered, started_at)})
+        exit_codes.append(cli_job.run_job(cfg, started_at))
+        started_at = time.time()  # the next job of a sweep starts now
+
+    try:
+        task()
+    except Exception as e:
+        from hogwild.cli import hydra_errors
+
+        line = hydra_errors.describe(e, overrides, config_dir())
+        if line is None:
+            raise  # not the user's input: a bug, with its traceback
+        print(f"hogwild: error: {line}", file=sys.stderr)
+        return 2
+    if sweep_jobs:  # one row per job of the multirun (hogwild.cli.sweep)
+        from hogwild.cli import sweep
+
+        print(f"\nsweep: {plural(len(sweep_jobs), 'job')}")
+        sweep.print_table([sweep.read_job(Path(job)) for job in sweep_jobs])
+    return max(exit_codes, default=0)
+
+
+def _process_start_time() -> float:
+    """When this process started (time.time()), to 10 ms: its start in clock ticks since boot
+    (/proc/self/stat) against the seconds since boot (/proc/uptime). psutil's create_time
+    counts from a boot time rounded to the second: up to a second off."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):  # not Linux: wall time is then measured from here
+        return time.time()

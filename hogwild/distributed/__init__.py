@@ -1,0 +1,1 @@
+"""The node seam: one node alone, torchrun nodes, model-averaging rounds."""

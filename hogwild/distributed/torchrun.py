@@ -1,0 +1,253 @@
+"""Beyond one machine: Hogwild inside each node, model averaging between nodes (`distributed=torchrun`).
+
+Launch one orchestrator per node with torchrun (its rendezvous sets RANK / WORLD_SIZE /
+MASTER_ADDR / MASTER_PORT); each trains its node's shard of the data with its local Hogwild
+workers. Every `distributed.sync_every_n_steps` local steps (and/or `sync_every_seconds`), the
+orchestrators start one sync ROUND: an all-reduce (gloo on the CPU, nccl on CUDA) of a snapshot
+of all parameters, started without waiting; when the sums are in, the average is folded into the
+shared parameters (`params += avg - snapshot`) while the local workers keep training (overlapped
+model averaging, as in local SGD; `averaging.py`). A node whose workers have finished keeps
+joining rounds until every node has finished, so no collective is left waiting; the last round
+leaves every node with the same model. Only global rank 0 writes TensorBoard, checkpoints and
+summary.json; a failed collective (a node died, or no answer within
+`distributed.timeout_seconds`) ends the run on every node with that reason.
+
+Checkpoints are taken AT a round, where the nodes' models have just been averaged: rank 0 raises
+a flag in the round when its checkpoint is due, and every node sends its progress rows with every
+round, so the checkpoint holds all nodes' rows, rank-major. Before training, `agree` is the one
+collective that settles the run: every node's set-up outcome and facts, and rank 0's resume
+decision, so a refusal on any node ends every node with that line.
+
+The orchestrator talks to every run through one node object: `LocalNode` for one machine (it
+does nothing), `NodeSync` under torchrun, so its loop has no torchrun branches.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hogwild.config.schema import DistributedConfig
+from hogwild.distributed.averaging import Averaging
+from hogwild.errors import ConfigError, HogwildError, NodeSyncError
+
+log = logging.getLogger("hogwild")
+
+
+def _attempt_store(dist, store):
+    """The store, scoped to this attempt when one torchrun agent restarts its ranks.
+
+    Under one agent (`--nnodes=1`, as on loopback) the agent keeps ONE store across
+    `--max-restarts` attempts, so a restarted rank can read a gloo address that the previous
+    attempt left there and dial a dead port. The agent's restart count is then the same for
+    every rank and scopes the keys. Several agents restart on different counts (pytorch#108158),
+    so there the fix is torch's own: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 gives every attempt a
+    fresh store (measured here: 5 of 5 two-agent restarts resumed; without it 2 of 3)."""
+    env = os.environ
+    if env.get("GROUP_WORLD_SIZE", "1") == "1" and "TORCHELASTIC_RESTART_COUNT" in env:
+        return dist.PrefixStore(f"hogwild/attempt_{env['TORCHELASTIC_RESTART_COUNT']}", store)
+    if (
+        env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        and env.get("TORCHELASTIC_MAX_RESTARTS", "0") != "0"
+    ):
+        log.warning(
+            "torchrun --max-restarts across %s agents: a restarted rank can read the previous "
+            "attempt's keys from the agents' shared store; start torchrun with "
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (a fresh store per attempt)",
+            env.get("GROUP_WORLD_SIZE"),
+        )
+    return store
+
+
+def _join(cfg: DistributedConfig, device: torch.device) -> torch.device:
+    """Join the process group torchrun's environment describes; the device collectives use."""
+    import torch.distributed as dist
+
+    missing = [
+        k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ
+    ]
+    if missing:
+        raise ConfigError(
+            f"distributed.mode='torchrun' needs the environment torchrun sets ({', '.join(missing)} missing): "
+            "launch with `torchrun --nnodes=N --nproc_per_node=1 ... -m hogwild train distributed=torchrun`"
+        )
+    backend = (
+        cfg.backend if cfg.backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
+    )
+    timeout = datetime.timedelta(seconds=cfg.timeout_seconds)
+    store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+    dist.init_process_group(
+        backend, store=_attempt_store(dist, store), rank=rank, world_size=world, timeout=timeout
+    )
+    return device if backend == "nccl" else torch.device("cpu")
+
+
+def _differences(mine: dict[str, Any], theirs: dict[str, Any], rank: int) -> str:
+    return ", ".join(
+        f"{k}={mine.get(k)!r} here but {theirs.get(k)!r} on node {rank}"
+        for k in sorted(set(mine) | set(theirs))
+        if mine.get(k) != theirs.get(k)
+    )
+
+
+class NodeSync:
+    """One torchrun node: the same interface as LocalNode, with collectives behind it."""
+
+    weights_change_at_end = True  # the last round averaged the nodes after their last epoch
+
+    def __init__(self, cfg: DistributedConfig, device: torch.device):
+        import torch.distributed as dist
+
+        self.cfg, self.dist = cfg, dist
+        self.device = _join(cfg, device)
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.is_writer = self.rank == 0
+        self.num_train_total: int | None = None  # the whole training split, before sharding
+        self.params: list[torch.Tensor] = []
+        self.averaging: Averaging | None = None  # set by attach
+
+    def shard(self, data):
+        """This node's part of the training split: a seeded permutation cut in `world` pieces
+        (the test split stays whole, so every node evaluates the same thing)."""
+        n = self.num_train_total = data.num_train
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(12345))
+        mine = order[self.rank * n // self.world : (self.rank + 1) * n // self.world].sort().values
+        data.train_x, data.train_y = data.train_x[mine], data.train_y[mine]
+        return data
+
+    def global_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
+        """The facts of the whole run: the unsharded data size, the node count."""
+        total = (
+            {"num_train": self.num_train_total}
+            if self.num_train_total and "num_train" in facts
+            else {}
+        )
+        return {**facts, **total, "world_size": self.world}
+
+    def agree(self, facts: dict[str, Any], plan: Any = None, error: str | None = None) -> Any:
+        """Settle the run before training: every node sends its set-up outcome and the facts the
+        nodes must share; rank 0 also sends its plan (the resume decision). Raises on every node
+        if any node refused or the facts differ; returns rank 0's plan."""
+        out: list[Any] = [None] * self.world
+        self.collective(
+            "the start-up check",
+            self.dist.all_gather_object,
+            out,
+            {"error": error, "facts": facts, "plan": plan},
+        )
+        if error:
+            return None  # the caller raises its own error
+        refused = [(r, o["error"]) for r, o in enumerate(out) if o["error"]]
+        if refused:
+            r, why = refused[0]
+            raise HogwildError(f"node {r} refused the run: {why}")
+        for r, o in enumerate(out):
+            if o["facts"] != facts:
+                raise ConfigError(
+                    f"node {self.rank}: node {r} was started with a different configuration "
+                    f"({_differences(facts, o['facts'], r)}); start every node with the same overrides"
+                )
+        return out[0]["plan"]
+
+    def rows(self, table: torch.Tensor) -> torch.Tensor:
+        """This node's rows of an all-node progress table."""
+        n = table.shape[0] // self.world
+        return table[self.rank * n : (self.rank + 1) * n]
+
+    def attach(self, params: list[torch.Tensor], progress: torch.Tensor) -> None:
+        """What the rounds average (the shared parameters) and report (this node's progress)."""
+        self.params = params
+        self.averaging = Averaging(self, params, progress)
+
+    def broadcast(self, tensors: list[torch.Tensor]) -> None:
+        """Start every node from rank 0's weights (initial or resumed), parameters and buffers."""
+        with torch.no_grad():
+            for p in tensors:
+                t = p.detach().to(self.device)
+                self.dist.broadcast(t, src=0)
+                if t is not p:
+                    p.copy_(t)
+
+    def tick(self, running: bool) -> dict[str, float]:
+        """A round when one is due; the dashboard figures of that round."""
+        return self.averaging.tick() if running else {}
+
+    def reach_goal(self) -> None:
+        """This node's evaluation reached the run's goal: the next rounds tell every node."""
+        self.averaging.goal = True
+
+    @property
+    def goal_reached(self) -> bool:
+        """A round said that some node reached the run's goal: stop this node's workers too."""
+        return self.averaging.goal_reached
+
+    def checkpoint(self, save: Callable[[torch.Tensor | None], None]) -> None:
+        """Taken at the next round, where the nodes' models are one (rank 0 asks, every node
+        sends its progress rows)."""
+        self.averaging.save_at_next_round(save if self.is_writer else None)
+
+    def finish(self) -> None:
+        """Keep joining rounds until every node is done; the last one leaves all nodes alike."""
+        self.averaging.finish()
+
+    def final_checkpoint(self, save: Callable[[torch.Tensor | None], None]) -> None:
+        """With every node's progress from the last round; without one (a failed or interrupted
+        run), the last round's checkpoint stands."""
+        if self.averaging.final_table is not None:
+            save(self.averaging.final_table)
+
+    def collective(self, what: str, fn, *args) -> None:
+        """One collective; a failure is one NodeSyncError line that says which and why."""
+        try:
+            fn(*args)
+        # gloo/nccl raise RuntimeError (or DistBackendError, or others) on a lost peer or a timeout
+        except Exception as e:  # noqa: BLE001 - each of them means the same to the run
+            raise NodeSyncError(
+                f"node {self.rank}: {what} failed, another node stopped "
+                f"or did not answer within distributed.timeout_seconds={self.cfg.timeout_seconds:g} "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            ) from None
+
+    def figures(self, mine: dict[str, Any]) -> dict[str, Any]:
+        """The summary's `distributed` section (`report`)."""
+        return report(self, mine)
+
+    def close(self) -> None:
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()
+
+
+def report(node: NodeSync, mine: dict[str, Any]) -> dict[str, Any]:
+    """The summary's `distributed` section; every node's figures when all got through."""
+    avg = node.averaging
+    sync = avg.figures() if avg else {}
+    mine = {
+        "rank": node.rank,
+        **mine,
+        "param_checksum": float(sum(p.detach().double().sum() for p in node.params)),
+        **{k: v for k, v in sync.items() if k.endswith("_seconds")},
+    }
+    # a collective: only when every node got through its final rounds (else it would wait)
+    per_node: list[Any] = [mine]
+    if mine["status"] == "completed":
+        per_node = [None] * node.world
+        node.collective("the final report", node.dist.all_gather_object, per_node, mine)
+    rates = [p["samples_per_second"] for p in per_node]
+    table = avg.final_table if avg else None
+    return {
+        "world_size": node.world,
+        "rank": node.rank,
+        **(sync or {"sync_rounds": 0, "sync_seconds": 0.0, "sync_bytes": 0}),
+        "sync_every_n_steps": node.cfg.sync_every_n_steps,
+        # the whole run's figures: every node's samples/s added up, and every node's samples
+        "samples_per_second_all_nodes": round(sum(rates), 1)
+        if len(rates) == node.world and all(rates)
+        else None,
+        "samples_seen_all_nodes": None if table is None else int(table[:, 2].sum()),
+        "per_node": per_node,
+    }

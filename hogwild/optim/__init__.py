@@ -1,0 +1,1 @@
+"""The optimizer's side of both processes: the lr schedule and the shared optimizer state."""

@@ -1,0 +1,1 @@
+"""Process plumbing both sides use: signals, the fork server, shared-memory strategies."""

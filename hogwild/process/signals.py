@@ -1,0 +1,215 @@
+"""Signals from the first line of the CLI to the last write (docs/fault-tolerance.md).
+
+SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed) mean the same thing: stop. What
+"stop" does depends on where the run stands:
+
+    before the workers start   raise `Interrupted` in the main thread: nothing has been written
+                               yet, the CLI says so in one line and exits 128 + signal
+    while the run loop owns it record the signal (SignalRelay); hogwild.run.state decides (the
+                               first stops the workers, a second shortens the grace period); the
+                               final checkpoint and summary.json are always written
+
+How. `install` blocks the three signals in the main thread, so every thread started after it
+(torch's pools, TensorBoard's writer) blocks them too, and one receiver thread takes them with
+sigwait; a thread that existed before (the Python API's caller may have some) still hands them
+to the same Python handler. Children must not die of the Ctrl-C a terminal sends to the whole
+process group, even while importing torch: `born_deaf` ignores Ctrl-C and hangups while a child
+is started, and an ignored disposition survives fork and exec (Python keeps it). A signal sent
+meanwhile waits in the receiver and is acted on when the child is out. Nothing is ever raised
+inside what the orchestrator is doing while a run is live. SIGHUP also points stdout and stderr
+at /dev/null: the terminal is gone, and a write to it would fail.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import os
+import signal
+import threading
+from typing import Any
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+TERMINAL = (signal.SIGINT, signal.SIGHUP)  # what a terminal sends to the whole process group
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal before the run loop owned signals: the run never started, nothing was written.
+    A KeyboardInterrupt: no `except Exception` on the way swallows it, and Python API callers
+    catch it as they would Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def ignore_terminal_signals() -> None:
+    """For the workers: the orchestrator alone decides what Ctrl-C and a hangup mean; SIGTERM
+    (the supervisor's "stop now") ends the worker as usual."""
+    for s in TERMINAL:
+        signal.signal(s, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # fork: not the orchestrator's handler
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(SIGNALS))
+
+
+def detach_terminal() -> None:
+    """The terminal hung up: later writes to it would raise EIO; send them nowhere instead."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+class _Receiver:
+    """Where signals arrive: the receiver thread (sigwait) or, for a thread that does not block
+    them, the Python handler in the main thread. Each goes to the open SignalRelay, or is raised
+    in the main thread as `Interrupted` (the receiver asks `_thread.interrupt_main` to run the
+    handler there at its next instruction)."""
+
+    def __init__(self):
+        self.relays: list[SignalRelay] = []
+        self.deferred: list[int] = []  # signals to raise in the main thread
+        self.forwarded = 0  # interrupt_main calls not yet handled there
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.stopping = False
+
+    def start(self) -> None:
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="hogwild-signals", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        if self.thread is None:
+            return
+        self.stopping = True
+        signal.pthread_kill(self.thread.ident, signal.SIGTERM)  # wakes its sigwait
+        self.thread.join(timeout=5)
+        self.thread = None
+
+    def _run(self) -> None:
+        while True:
+            signum = signal.sigwait(SIGNALS)
+            if self.stopping:
+                return
+            if self._take(signum):
+                with self.lock:
+                    self.forwarded += 1
+                _thread.interrupt_main(signum)
+
+    def _take(self, signum: int) -> bool:
+        """Record `signum`; True when the main thread must raise it."""
+        if signum == signal.SIGHUP:
+            detach_terminal()
+        with self.lock:
+            if self.relays:
+                self.relays[-1].pending.append(signum)
+                return False
+            self.deferred.append(signum)
+            return True
+
+    def on_main(self, signum: int, frame) -> None:
+        """The Python handler of all three, run in the main thread."""
+        with self.lock:
+            forwarded = self.forwarded > 0
+            self.forwarded -= forwarded
+        if not forwarded and not self._take(signum):
+            return
+        self.raise_deferred()
+
+    def raise_deferred(self) -> None:
+        with self.lock:
+            if not self.deferred or self.relays:
+                return
+            first = self.deferred[0]
+            self.deferred.clear()
+        raise Interrupted(first)
+
+    def open(self, relay: SignalRelay) -> None:
+        with self.lock:  # a signal just before the run took its signals: the run's first stop
+            relay.pending.extend(self.deferred)
+            self.deferred.clear()
+            self.relays.append(relay)
+
+    def close(self, relay: SignalRelay) -> None:
+        with self.lock:
+            self.relays.remove(relay)
+
+
+_RECEIVER = _Receiver()
+
+
+def install() -> dict[str, Any]:
+    """Take SIGINT/SIGTERM/SIGHUP for hogwild (the CLI does this first thing); returns what it
+    replaced, for `restore`. Nothing outside the main thread: there the caller owns signals."""
+    if threading.current_thread() is not threading.main_thread() or installed():
+        return {}
+    previous = {
+        "handlers": {s: signal.signal(s, _RECEIVER.on_main) for s in SIGNALS},
+        "mask": signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS)),
+    }
+    _RECEIVER.start()
+    return previous
+
+
+def restore(previous: dict[str, Any]) -> None:
+    if not previous:
+        return
+    _RECEIVER.stop()
+    with _RECEIVER.lock:
+        _RECEIVER.deferred.clear()
+        _RECEIVER.forwarded = 0
+    for s, old in previous["handlers"].items():
+        signal.signal(s, signal.SIG_DFL if old is None else old)
+    signal.pthread_sigmask(signal.SIG_SETMASK, previous["mask"])
+
+
+@contextlib.contextmanager
+def born_deaf():
+    """Around starting children (workers, the fork server, torch_shm_manager): they begin life
+    ignoring Ctrl-C and hangups. Afterwards the signals are blocked again (Python's resource
+    tracker, started with the first spawned child, unblocks SIGINT and SIGTERM in this thread:
+    CPython's multiprocessing/resource_tracker.py), and one that came meanwhile is acted on."""
+    if not installed() or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.signal(s, signal.SIG_IGN) for s in TERMINAL}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS))
+        with _RECEIVER.lock:
+            _RECEIVER.forwarded = 0  # forwarded to SIG_IGN: lost there, still deferred here
+        _RECEIVER.raise_deferred()
+
+
+def installed() -> bool:
+    return _RECEIVER.thread is not None
+
+
+class SignalRelay:
+    """While open, signals become events for the run loop instead of exceptions. Opened by the
+    Trainer just before the first worker starts, closed after summary.json is written."""
+
+    def __init__(self):
+        self.pending: list[int] = []
+        self.saved: dict[str, Any] = {}
+
+    def __enter__(self) -> SignalRelay:
+        self.saved = install()  # the Python API without the CLI: for this run only
+        _RECEIVER.open(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _RECEIVER.close(self)
+        restore(self.saved)
+
+    def drain(self) -> list[int]:
+        out, self.pending[:] = list(self.pending), []
+        return out

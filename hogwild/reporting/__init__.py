@@ -1,0 +1,1 @@
+"""What a person reads: sinks (TensorBoard, tqdm, null), dashboards, timeline, staleness, words and tables."""

@@ -1,0 +1,253 @@
+"""Evaluations during training that wait for a core the workers leave idle.
+
+The run loop's side:
+
+    evaluate(loop, label)   an evaluation is due: on an idle core when the evaluator allows it,
+                            else in the loop, as the workers go on
+    report(loop)            every turn of the loop: start a waiting one if a core is idle;
+                            chart those done at the step they were due at
+    drain_queue(loop)       after the workers: those still waiting, on every core
+
+`IdleEvaluations`, the mechanism: `submit` holds a snapshot of the shared weights, `poll` hands
+the oldest to the evaluation thread, `completed` returns the results, `drain` and `close` end it.
+
+An evaluation run beside workers that keep every core busy takes its CPU time from them: in a
+two-node torchrun run on two cores, rank 0's orchestrator took 13% of a core from its worker
+(3% once its evaluations waited), which made node 0 the node the other one waits for. A core
+is idle when fewer threads are runnable than this process may use cores (the kernel's count,
+this thread included), twice in a row; with one worker on two cores, or a GPU run, that is at once. On busy cores the
+evaluation waits, for `trainer.eval_wait_seconds` at most (then it runs beside the workers, as
+without this module), or until the workers exit. It scores the weights of the moment it was
+due, and its results go to TensorBoard at that moment's step: only the line in the log is late.
+At most `MAX_PENDING` snapshots wait (then the oldest runs at once); evaluations run in the
+order they were due. A model too large to hold that many copies of (`MAX_BYTES`) is evaluated
+in place by the run loop, as before.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from hogwild.config.schema import usable_cores
+from hogwild.reporting import timeline
+from hogwild.run import evaluation
+from hogwild.run.state import Finished
+
+if TYPE_CHECKING:
+    from hogwild.run.loop import RunLoop
+
+log = logging.getLogger("hogwild")
+
+MAX_PENDING = 16  # snapshots waiting for an idle core (trainer.eval_wait_seconds bounds the wait)
+MAX_BYTES = 1 << 30  # every copy this module may hold together
+Outcome = dict[str, float] | BaseException
+
+
+def runnable_threads() -> int | None:
+    """Threads runnable on the machine now (the kernel's nr_running, as /proc/loadavg's
+    `running/total` field says it: cheap on any core count, unlike /proc/stat), None where
+    there is no /proc."""
+    try:
+        with open("/proc/loadavg") as f:
+            return int(f.read().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class IdleEvaluations:
+    def __init__(
+        self,
+        evaluate: Callable[[torch.nn.Module, str], dict[str, float]],
+        wait_seconds: float,
+        runnable: Callable[[], int | None] = runnable_threads,
+        cores: int | None = None,
+    ):
+        self.evaluate, self.wait_seconds, self.runnable = evaluate, wait_seconds, runnable
+        self.cores = cores or usable_cores()
+        self.model: torch.nn.Module | None = None  # the thread's own copy, made at first use
+        self.waiting: collections.deque = collections.deque()  # (label, units, tensors, since)
+        self.queue: collections.deque = collections.deque()  # handed to the thread
+        self.ready: collections.deque = collections.deque()  # (label, units, outcome)
+        self.busy = self.stopped = self.in_place = False
+        self.idle_turns = 0
+        self.cpu_seconds, self.count = 0.0, 0  # the thread's own CPU time, its evaluations
+        self.cond = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, model: torch.nn.Module, label: str, units: int) -> bool:
+        """Hold a copy of `model`'s weights as they are now; False for a model too large to
+        hold `MAX_PENDING` copies of, or one deepcopy cannot copy (the caller then evaluates
+        in place, always). With `MAX_PENDING` snapshots waiting, the oldest goes to the thread
+        at once; with two queued there, this waits for the thread (as an evaluation in place
+        would)."""
+        tensors = list(model.state_dict().values())
+        size = sum(t.numel() * t.element_size() for t in tensors)
+        if self.in_place or (MAX_PENDING + 4) * size > MAX_BYTES:  # waiting, queued, running,
+            return False  # and the thread's copy
+        if self.model is None:
+            try:
+                self.model = copy.deepcopy(model)  # private memory: deepcopy does not share it
+            except Exception:  # noqa: BLE001 - a model that cannot be copied: evaluated in place
+                self.in_place = True
+                return False
+            self.thread = threading.Thread(target=self._run, name="hogwild-evaluation", daemon=True)
+            self.thread.start()
+        if len(self.waiting) >= MAX_PENDING:
+            self._release(1)
+        with self.cond:
+            while len(self.queue) > 1:
+                self.cond.wait()
+        self.waiting.append((label, units, [t.detach().clone() for t in tensors], time.monotonic()))
+        self.poll()
+        return True
+
+    def poll(self) -> None:
+        """Hand the oldest waiting snapshot to the thread when it is free and a core is idle
+        (twice in a row), or the snapshot has waited long enough."""
+        if not self.waiting:
+            self.idle_turns = 0
+            return
+        runnable = self.runnable()
+        idle = runnable is None or runnable - 1 < self.cores  # this thread is one of them
+        self.idle_turns = self.idle_turns + 1 if idle else 0
+        waited = time.monotonic() - self.waiting[0][3]
+        if (
+            not self.busy
+            and not self.queue
+            and (self.idle_turns >= 2 or waited >= self.wait_seconds)
+        ):
+            self._release(1)
+
+    def _release(self, n: int) -> None:
+        # with the intra-op threads the caller runs with now (one while the workers train, every
+        # core in the drain): a thread keeps the count it first ran with (OpenMP's is per thread)
+        threads = torch.get_num_threads()
+        with self.cond:
+            for _ in range(min(n, len(self.waiting))):
+                self.queue.append((*self.waiting.popleft()[:3], threads))
+            self.cond.notify_all()
+
+    def completed(self) -> list[tuple[str, int, Outcome]]:
+        out = []
+        while self.ready:
+            out.append(self.ready.popleft())
+        return out
+
+    def drain(self, interrupted: Callable[[], bool], poll: float = 0.1) -> int:
+        """Run every snapshot still held; `interrupted()` is asked every `poll` seconds and
+        True drops those not started (the one running ends first: the evaluator is not shared
+        with a second thread). How many were dropped (0: all ran)."""
+        self._release(len(self.waiting))
+        dropped = 0
+        with self.cond:
+            while self.queue or self.busy:
+                if self.queue and interrupted():
+                    dropped = len(self.queue)
+                    self.queue.clear()
+                self.cond.wait(poll)
+        return dropped
+
+    def close(self) -> int:
+        """Drop what has not started and end the thread once its current evaluation is done
+        (torch must not run in a thread the interpreter abandons at exit: that aborts the
+        process). How many were dropped."""
+        with self.cond:
+            dropped = len(self.waiting) + len(self.queue)
+            self.stopped = True
+            self.waiting.clear()
+            self.queue.clear()
+            self.cond.notify_all()
+        if self.thread is not None:
+            self.thread.join()
+        return dropped
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.queue and not self.stopped:
+                    self.cond.wait()
+                if not self.queue:
+                    return
+                label, units, snapshot, threads = self.queue.popleft()
+                self.busy = True
+            t0 = time.thread_time()
+            try:
+                if torch.get_num_threads() != threads:
+                    torch.set_num_threads(threads)
+                with torch.no_grad():  # grad mode is per thread: on in a new one
+                    for dst, src in zip(self.model.state_dict().values(), snapshot, strict=True):
+                        dst.copy_(src)
+                    del snapshot
+                    outcome: Outcome = self.evaluate(self.model, label)
+            except Exception as e:  # noqa: BLE001 - raised again by the run loop, in its thread
+                outcome = e
+            with self.cond:
+                self.cpu_seconds += time.thread_time() - t0
+                self.count += 1
+                self.ready.append((label, units, outcome))
+                self.busy = False
+                self.cond.notify_all()
+
+
+def evaluate(loop: RunLoop, label: str) -> None:
+    """On a core the workers leave idle when the evaluator allows it and the snapshot is taken,
+    else in the run loop, while the workers go on."""
+    loop.flush()  # the train/ charts get a point at every epoch's end, however short
+    units = loop.window.samples_seen
+    if loop.idle and loop.idle.submit(loop.t.model, label, units):
+        return
+    with timeline.phase("evaluations"):  # overlaps the workers' training
+        results = loop.evaluator.evaluate(loop.t.model, label)
+    loop.sinks.scalars(results, units)
+    if reason := loop.evaluator.goal():  # e.g. a policy that solved its task
+        loop.node.reach_goal()  # torchrun: the next rounds stop every node
+        loop.apply(Finished(reason))
+
+
+def report(loop: RunLoop) -> None:
+    """Start a waiting evaluation if a core is idle; report those done, at the units they were
+    due at."""
+    if loop.idle is None:
+        return
+    loop.idle.poll()
+    for _, units, outcome in loop.idle.completed():
+        if isinstance(outcome, BaseException):
+            raise outcome  # as if it had run in the loop: the run fails with it
+        loop.sinks.scalars(outcome, units)
+
+
+def drain_queue(loop: RunLoop) -> bool:
+    """After the workers exit: the evaluations still waiting for an idle core, run now on every
+    core (a fixed cost). A signal meanwhile drops those not started; to an interrupted run it
+    is a second signal. True when the final evaluation must be skipped (a second signal)."""
+    idle, st = loop.idle, loop.state
+    if idle is None:
+        return st.force
+    by_signal = 0  # dropped by a signal during the drain (a second signal: all of them)
+    try:
+        if not st.force:
+            with (
+                timeline.phase("queued_evaluations"),
+                evaluation.every_core(loop.t.cfg.start_method),
+            ):
+                by_signal = idle.drain(lambda: bool(loop.signals.drain()))
+        report(loop)
+    except Exception as e:  # noqa: BLE001 - an evaluation raised: the run fails, as in the loop
+        st.fail_late(f"evaluation failed: {type(e).__name__}: {e}")
+    finally:
+        left = idle.close()  # after the one running, if any
+        if idle.count:
+            timeline.add("idle_core_evaluations", idle.cpu_seconds, count=idle.count)
+    if st.force:
+        by_signal += left
+    if by_signal:
+        log.warning("signal received: %d queued evaluation(s) of earlier epochs dropped", by_signal)
+    return st.force or (bool(by_signal) and st.status == "interrupted")

@@ -1,0 +1,1 @@
+"""The worker process and what it sets up in itself (signals, threads, seed, malloc)."""
