@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-from hogwild.bench.report import print_cells
+from hogwild.reporting.text import print_cells
 
 EXPERIMENT = ["+experiment=a3c_cartpole"]
 RATE = ["a3c.stop_at_return=1e9", "a3c.eval_every_env_steps=100000000", "a3c.max_env_steps=80000"]

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-from hogwild.bench.report import print_cells
+from hogwild.reporting.text import print_cells
 
 SKIP = ("fixed_total", "during_training")
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from hogwild.reporting.text import print_cells
+
 BASE_IMPL = {"framework-step": "framework", "ddp": "plain"}
 
 
@@ -60,20 +62,6 @@ def add_ratios(rows: list[dict]) -> None:
         r["vs_plain"] = ratio(r, ref) if framework else None
         ddp = find(model=r["model"], impl="ddp", num_workers=r["num_workers"])
         r["vs_ddp"] = ratio(r, ddp) if framework else None
-
-
-def print_cells(cells: list[list[str]], left: int) -> None:
-    """Rows of text cells in aligned columns, the first row a header underlined with dashes;
-    the first `left` columns are left-aligned (names), the rest right-aligned (figures)."""
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    for i, row in enumerate(cells):
-        print(
-            "  ".join(
-                c.ljust(w) if j < left else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))
-            )
-        )
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
 
 
 def print_table(rows: list[dict]) -> None:

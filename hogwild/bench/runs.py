@@ -101,7 +101,8 @@ def run_framework(
     epochs: int = 1,
     log_every: int = 10,
 ) -> dict:
-    from hogwild import Trainer, TrainerConfig
+    from hogwild.config.schema import TrainerConfig
+    from hogwild.run.trainer import Trainer
 
     cfg = TrainerConfig(
         num_workers=num_workers,

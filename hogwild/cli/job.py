@@ -1,10 +1,13 @@
 """One training job of the CLI (hogwild.cli.main): a composed config in, the report out.
 
-    run_job(cfg)   validate (build_run_config) -> claim the run folder -> write .hydra/ ->
-                   build data, model, optimizer -> Trainer.fit() -> the report on stdout
+    run_job(cfg, ...)  validate (build_run_config) -> claim the run folder -> write .hydra/ ->
+                       settle the fork server, import torch -> build data, model, optimizer ->
+                       Trainer.fit() -> the report on stdout
 
-A refused job leaves no folder behind; the node that writes (rank 0 under torchrun) holds the
-run folder from before `.hydra/` is written to its last write (hogwild.run.folder).
+The job's set-up is made here once and handed to the Trainer (hogwild.run.context.RunSetup):
+the claimed folder, the timeline, whether the process ends with this run. A refused job leaves
+no folder behind; the node that writes (rank 0 under torchrun) holds the run folder from before
+`.hydra/` is written to its last write (hogwild.run.folder).
 """
 
 from __future__ import annotations
@@ -18,14 +21,14 @@ from hogwild.reporting.text import plural
 
 log = logging.getLogger("hogwild")
 
-# Finished runs, kept until os._exit: freeing a file_system shared tensor after
-# torch_shm_manager was killed aborts the process ("terminate called ... Broken pipe"); the
-# kernel frees them at exit, and hogwild.process.sharing unlinks their names.
-_FINISHED: list = []
 
-
-def run_job(cfg, started_at: float | None = None) -> int:
-    """One training run from a composed config; returns the process exit code."""
+def run_job(cfg, setup, ahead, finished: list, started_at: float | None = None) -> int:
+    """One training run from a composed config; returns the process exit code. `setup` is the
+    job's RunSetup without its claim (made here), `ahead` the fork server the CLI started
+    before the config (hogwild.process.forkserver.ServerAhead). The finished run's Trainer goes
+    into `finished`, which the CLI keeps until os._exit: freeing a file_system shared tensor
+    after torch_shm_manager was killed aborts the process ("terminate called ... Broken
+    pipe"); the kernel frees them at exit, and hogwild.process.sharing unlinks their names."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
@@ -48,7 +51,9 @@ def run_job(cfg, started_at: float | None = None) -> int:
             plural(run.trainer.num_workers, "worker"),
             run.trainer.start_method,
         )
-        trainer = _train(run, raw, started_at, lambda: _save_hydra_files(cfg, output_dir))
+        trainer = _train(
+            run, raw, setup, ahead, started_at, lambda: _save_hydra_files(cfg, output_dir)
+        )
     except HogwildError as e:
         _remove_if_empty(output_dir)  # Hydra made it for this run; a refused run leaves nothing
         print(f"hogwild: error: {e.cli or e}", file=sys.stderr)
@@ -56,7 +61,7 @@ def run_job(cfg, started_at: float | None = None) -> int:
     except Interrupted:  # before the run started (its records are written once it has)
         _remove_if_empty(output_dir)
         raise
-    _FINISHED.append(trainer)  # its shared tensors live until the process exits (see run())
+    finished.append(trainer)  # its shared tensors live until the process exits
     try:
         return _report(trainer)
     except Interrupted:  # after summary.json: the run's exit code stands
@@ -98,29 +103,30 @@ def _remove_if_empty(folder: str) -> None:
         path = path.parent
 
 
-def _train(run, raw: dict, started_at: float | None, save_config=lambda: None):
+def _train(run, raw: dict, setup, ahead, started_at: float | None, save_config):
     import contextlib
 
-    from hogwild.run import folder as run_folder
+    from hogwild.run.folder import Claim
 
     # A single node holds its run folder from the start: a Ctrl-C while torch is imported
     # then leaves no folder behind (the claim removes a fresh one that never started). Under
-    # torchrun only rank 0 claims it, once the nodes have met (below).
-    single = run.distributed.mode != "torchrun"
-    with run_folder.claim(run.output_dir) if single else contextlib.nullcontext():
-        return _start(run, raw, started_at, save_config)
+    # torchrun only rank 0 claims it, once the nodes have met (`_start`).
+    if run.distributed.mode != "torchrun":
+        setup.claim = Claim(run.output_dir)
+    with setup.claim or contextlib.nullcontext():
+        return _start(run, raw, setup, ahead, started_at, save_config)
 
 
-def _start(run, raw: dict, started_at: float | None, save_config):
+def _start(run, raw: dict, setup, ahead, started_at: float | None, save_config):
     import contextlib
 
     from hogwild.process import forkserver
-    from hogwild.reporting import timeline
-    from hogwild.run import folder as run_folder
+    from hogwild.run.folder import Claim
 
+    timeline = setup.timeline
     # the fork server (started before the config, hogwild.cli.main) imports torch while this one does
     with timeline.phase("fork_server_launch"):
-        forkserver.fork_server(run.trainer.start_method)
+        ahead.settle(run.trainer.start_method)
     with timeline.phase("torch_import"):
         import torch
     if forkserver.needs_dynamo(run.trainer.start_method, run.shared_optimizer):
@@ -131,37 +137,30 @@ def _start(run, raw: dict, started_at: float | None, save_config):
     # Before any torch work in this process: an OpenMP pool used here and then inherited
     # through fork hangs any child that asks for more than one thread.
     torch.set_num_threads(1)
-    node = LocalNode()
+    node, claim = LocalNode(), None
     try:
         if run.distributed.mode == "torchrun":
             from hogwild.distributed.torchrun import NodeSync
 
             node = NodeSync(run.distributed, torch.device(run.trainer.device))
             _tag_log_lines(f"[node {node.rank}] ")
-        # the node that writes holds the run folder from here to its last write
-        claim = run_folder.claim(run.output_dir) if node.is_writer else contextlib.nullcontext()
-        with claim:
+            if node.is_writer:  # the node that writes holds the run folder to its last write
+                claim = setup.claim = Claim(run.output_dir)
+        with claim or contextlib.nullcontext():
             if node.is_writer:
                 save_config()
-            return _fit(run, raw, started_at, node)
+            return _fit(run, raw, setup, started_at, node)
     finally:
         node.close()
 
 
-def _fit(run, raw: dict, started_at: float | None, node):
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
+def _fit(run, raw: dict, setup, started_at: float | None, node):
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     from hogwild.cli import builders
-    from hogwild.reporting import timeline
-    from hogwild.run import evaluation
     from hogwild.run.trainer import Trainer
 
-    # one job, and the process exits after it: the final evaluation may use every core
-    evaluation.last_run_in_process = HydraConfig.get().mode == RunMode.RUN
-
-    with timeline.phase("data_and_model"):  # a data set, or an environment (A3C)
+    with setup.timeline.phase("data_and_model"):  # a data set, or an environment (A3C)
         data, model = builders.build_workload(run, node, started_at)
     trainer = Trainer(
         model=model,
@@ -177,6 +176,7 @@ def _fit(run, raw: dict, started_at: float | None, node):
         node=node,
         record=raw,
         started_at=started_at,
+        setup=setup,
     )
     with logging_redirect_tqdm():
         trainer.fit()

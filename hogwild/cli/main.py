@@ -55,7 +55,8 @@ def run() -> None:
     freed after torch_shm_manager was killed) with an exit code that is not the run's."""
     import atexit
 
-    code = main()
+    finished: list = []  # every finished run's Trainer, freed by the exit itself (cli.job.run_job)
+    code = main(finished=finished)
     atexit._run_exitfuncs()  # logging's flush, our /dev/shm cleanup (hogwild.process.sharing), ...
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -65,14 +66,14 @@ def run() -> None:
     os._exit(code)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, finished: list | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
     command, rest = argv[0], argv[1:]
     if command == "train":
-        return train(rest)
+        return train(rest, [] if finished is None else finished)
     if command == "doctor":
         from hogwild.cli import doctor
 
@@ -103,12 +104,12 @@ def register_defaults() -> None:
         store.store(group=group, name="_defaults", node=dataclasses.asdict(cls()))
 
 
-def train(overrides: list[str]) -> int:
+def train(overrides: list[str], finished: list) -> int:
     from hogwild.process import signals
 
     previous = signals.install()  # Ctrl-C, SIGTERM, SIGHUP: one line, no traceback, from here on
     try:
-        return _hydra_main(overrides)
+        return _hydra_main(overrides, finished)
     except signals.Interrupted as e:  # before a run's workers started (docs/fault-tolerance.md)
         print(f"hogwild: interrupted by {e} before the run started; nothing was written")
         return e.exit_code
@@ -116,20 +117,21 @@ def train(overrides: list[str]) -> int:
         signals.restore(previous)
 
 
-def _hydra_main(overrides: list[str]) -> int:
-    from hogwild.process import forkserver
+def _hydra_main(overrides: list[str], finished: list) -> int:
+    from hogwild.process.forkserver import ServerAhead
 
     saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["hogwild train", *overrides]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing them
+    ahead = ServerAhead()
     try:
         if not any(o.startswith("-") and o not in ("-m", "--multirun") for o in overrides):
             # a run, not --cfg or --help: its fork server's imports are the longest part of
             # the start-up, so they begin before Hydra's import and compose (hogwild.process.forkserver)
-            forkserver.fork_server_ahead()
-        return _compose_and_run(overrides)
+            ahead = ServerAhead.start()
+        return _compose_and_run(overrides, ahead, finished)
     finally:
-        forkserver.stop_unused_server()  # no config kept it: a refused or interrupted run
+        ahead.stop_unless_kept()  # no config kept it: a refused or interrupted run
         sys.argv = saved_argv
         if saved_full_error is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
@@ -137,11 +139,12 @@ def _hydra_main(overrides: list[str]) -> int:
             os.environ["HYDRA_FULL_ERROR"] = saved_full_error
 
 
-def _compose_and_run(overrides: list[str]) -> int:
+def _compose_and_run(overrides: list[str], ahead, finished: list) -> int:
     import hydra
 
     from hogwild.cli import job as cli_job
-    from hogwild.reporting import timeline
+    from hogwild.reporting.timeline import Timeline
+    from hogwild.run.context import RunSetup
 
     exit_codes: list[int] = []
     sweep_jobs: list[str] = []  # each job's folder, under -m
@@ -154,12 +157,15 @@ def _compose_and_run(overrides: list[str]) -> int:
         from hydra.types import RunMode
 
         nonlocal started_at
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
+        multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+        if multirun:
             sweep_jobs.append(HydraConfig.get().runtime.output_dir)
         # the run's fixed costs start with the interpreter (the first job) and Hydra's compose
         first = {"python_and_imports": entered - started_at} if not exit_codes else {}
-        timeline.begin(started_at, {**first, "config": time.time() - max(entered, started_at)})
-        exit_codes.append(cli_job.run_job(cfg, started_at))
+        timeline = Timeline(started_at, {**first, "config": time.time() - max(entered, started_at)})
+        # one job, and the process exits after it: the final evaluation may use every core
+        setup = RunSetup(timeline, last_run_in_process=not multirun)
+        exit_codes.append(cli_job.run_job(cfg, setup, ahead, finished, started_at))
         started_at = time.time()  # the next job of a sweep starts now
 
     try:

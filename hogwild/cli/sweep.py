@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from hogwild.bench.report import print_cells
+from hogwild.reporting.text import print_cells
 
 FIELDS = (
     "status",

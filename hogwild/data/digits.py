@@ -29,7 +29,7 @@ DIGITS_MEAN = 0.3053
 DIGITS_STD = 0.3760
 
 
-def _read():
+def read_arrays():
     """(pixels (N, 64), labels (N,)) as numpy arrays, from the CSV scikit-learn ships: read
     where it lies, without importing scikit-learn (about a second, most of the default run's
     data time); through scikit-learn's own loader if the file is not where it used to be."""
@@ -63,7 +63,7 @@ def load_digits(
             f"data.test_fraction={test_fraction!r}: must be a number strictly between 0 and 1"
         )
 
-    images, target = _read()
+    images, target = read_arrays()
     x = torch.from_numpy(images).to(torch.float32).reshape(-1, 1, 8, 8)
     x = (x / 16.0 - DIGITS_MEAN) / DIGITS_STD
     y = torch.from_numpy(target).to(torch.int64)

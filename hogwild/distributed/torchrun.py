@@ -96,7 +96,8 @@ def _differences(mine: dict[str, Any], theirs: dict[str, Any], rank: int) -> str
 
 
 class NodeSync:
-    """One torchrun node: the same interface as LocalNode, with collectives behind it."""
+    """One torchrun node: a `hogwild.distributed.node.Node`, as LocalNode is, with collectives
+    behind it."""
 
     weights_change_at_end = True  # the last round averaged the nodes after their last epoch
 

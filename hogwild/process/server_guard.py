@@ -20,7 +20,8 @@ PARENT_ENV = "HOGWILD_FORKSERVER_PARENT"
 PR_SET_PDEATHSIG = 1
 
 
-def _guard() -> None:
+def guard() -> None:
+    """Tie this process's life to the orchestrator's, if the orchestrator marked it."""
     parent = os.environ.pop(PARENT_ENV, None)
     if parent is None:
         return
@@ -38,4 +39,4 @@ def _guard() -> None:
         os._exit(1)
 
 
-_guard()
+guard()

@@ -28,17 +28,9 @@ FORKSERVER_EXTRA_FDS = 3 + 4
 def set_sharing_strategy(strategy: str) -> None:
     """A per-process setting: the orchestrator and every worker call this."""
     mp.set_sharing_strategy(strategy)
-    if strategy == "file_system" and not _cleanup_registered:
-        _register_cleanup()
-
-
-_cleanup_registered = False
-
-
-def _register_cleanup() -> None:
-    global _cleanup_registered
-    _cleanup_registered = True
-    atexit.register(remove_own_segments, os.getpid())
+    if strategy == "file_system":  # once per process: unregister drops an earlier registration
+        atexit.unregister(remove_own_segments)
+        atexit.register(remove_own_segments, os.getpid())
 
 
 def remove_own_segments(pid: int, shm_dir: str = SHM_DIR) -> int:

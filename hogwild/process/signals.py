@@ -64,7 +64,7 @@ def detach_terminal() -> None:
     os.close(devnull)
 
 
-class _Receiver:
+class Receiver:
     """Where signals arrive: the receiver thread (sigwait) or, for a thread that does not block
     them, the Python handler in the main thread. Each goes to the open SignalRelay, or is raised
     in the main thread as `Interrupted` (the receiver asks `_thread.interrupt_main` to run the
@@ -140,7 +140,12 @@ class _Receiver:
             self.relays.remove(relay)
 
 
-_RECEIVER = _Receiver()
+def receiver() -> Receiver | None:
+    """The receiver `install` put in place, found where the process keeps it: the Python
+    handler of SIGTERM is its bound method (SIGTERM: `born_deaf` leaves it in place). None when
+    hogwild does not hold the signals."""
+    owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return owner if isinstance(owner, Receiver) and owner.thread is not None else None
 
 
 def install() -> dict[str, Any]:
@@ -148,21 +153,21 @@ def install() -> dict[str, Any]:
     replaced, for `restore`. Nothing outside the main thread: there the caller owns signals."""
     if threading.current_thread() is not threading.main_thread() or installed():
         return {}
+    taker = Receiver()
     previous = {
-        "handlers": {s: signal.signal(s, _RECEIVER.on_main) for s in SIGNALS},
+        "handlers": {s: signal.signal(s, taker.on_main) for s in SIGNALS},
         "mask": signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS)),
     }
-    _RECEIVER.start()
+    taker.start()
     return previous
 
 
 def restore(previous: dict[str, Any]) -> None:
     if not previous:
         return
-    _RECEIVER.stop()
-    with _RECEIVER.lock:
-        _RECEIVER.deferred.clear()
-        _RECEIVER.forwarded = 0
+    taker = receiver()
+    if taker is not None:
+        taker.stop()
     for s, old in previous["handlers"].items():
         signal.signal(s, signal.SIG_DFL if old is None else old)
     signal.pthread_sigmask(signal.SIG_SETMASK, previous["mask"])
@@ -174,7 +179,8 @@ def born_deaf():
     ignoring Ctrl-C and hangups. Afterwards the signals are blocked again (Python's resource
     tracker, started with the first spawned child, unblocks SIGINT and SIGTERM in this thread:
     CPython's multiprocessing/resource_tracker.py), and one that came meanwhile is acted on."""
-    if not installed() or threading.current_thread() is not threading.main_thread():
+    taker = receiver()
+    if taker is None or threading.current_thread() is not threading.main_thread():
         yield
         return
     saved = {s: signal.signal(s, signal.SIG_IGN) for s in TERMINAL}
@@ -184,13 +190,13 @@ def born_deaf():
         for s, handler in saved.items():
             signal.signal(s, handler)
         signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS))
-        with _RECEIVER.lock:
-            _RECEIVER.forwarded = 0  # forwarded to SIG_IGN: lost there, still deferred here
-        _RECEIVER.raise_deferred()
+        with taker.lock:
+            taker.forwarded = 0  # forwarded to SIG_IGN: lost there, still deferred here
+        taker.raise_deferred()
 
 
 def installed() -> bool:
-    return _RECEIVER.thread is not None
+    return receiver() is not None
 
 
 class SignalRelay:
@@ -200,14 +206,18 @@ class SignalRelay:
     def __init__(self):
         self.pending: list[int] = []
         self.saved: dict[str, Any] = {}
+        self.receiver: Receiver | None = None
 
     def __enter__(self) -> SignalRelay:
         self.saved = install()  # the Python API without the CLI: for this run only
-        _RECEIVER.open(self)
+        self.receiver = receiver()
+        if self.receiver is not None:  # None outside the main thread: the caller owns signals
+            self.receiver.open(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        _RECEIVER.close(self)
+        if self.receiver is not None:
+            self.receiver.close(self)
         restore(self.saved)
 
     def drain(self) -> list[int]:

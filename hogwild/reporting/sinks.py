@@ -1,7 +1,8 @@
 """Metric sinks, owned by the orchestrator: TensorBoard (hogwild.reporting.dashboards), one tqdm bar.
 
-Call sites never branch on "is TensorBoard on?": they talk to a `Sinks` fan-out, and a sink
-that is off is simply not in it. The x axis everywhere is the global number of training
+Call sites never branch on "is TensorBoard on?": they talk to a `Sinks` fan-out of `Sink`s, and
+a sink that is off is simply not in it (`NullSink`: the do-nothing sink, and the base of the
+others, which override what they write). The x axis everywhere is the global number of training
 samples seen, which is what means something when N workers step at their own pace.
 Tags are grouped with `/`: train/, eval/, perf/, and workers/<metric>/rank_NN (written by
 hogwild.reporting.dashboards as one TensorBoard run per rank: one chart per metric, one line per worker).
@@ -13,14 +14,36 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from hogwild.protocol import Control
 
 log = logging.getLogger("hogwild")
 
 
+@runtime_checkable
+class Sink(Protocol):
+    """Where the orchestrator's metrics go (what `Sinks` fans out to)."""
+
+    def scalars(self, values: Mapping[str, float], step: int) -> None:
+        """Scalar values by tag (train/loss, workers/loss/rank_03, ...) at `step` samples seen."""
+
+    def advance(self, samples: int, postfix: Mapping[str, Any]) -> None:
+        """`samples` more done; `postfix`: the figures a progress bar shows beside it."""
+
+    def hparams(self, hparams: Mapping[str, Any]) -> None:
+        """The run's settings, as it starts (TensorBoard's HParams row)."""
+
+    def results(self, status: str, metrics: Mapping[str, float | None], step: int) -> None:
+        """The run's end: its status and summary metrics."""
+
+    def close(self) -> None:
+        """Flush and release (files, the terminal)."""
+
+
 class NullSink:
+    """Writes nothing: a node that does not write, and the base of the other sinks."""
+
     def scalars(self, values: Mapping[str, float], step: int) -> None: ...
 
     def advance(self, samples: int, postfix: Mapping[str, Any]) -> None: ...
@@ -36,7 +59,7 @@ class Sinks(NullSink):
     """The fan-out. A sink that fails (a full disk under TensorBoard, a closed terminal) is
     dropped with one warning: dashboards are never worth a run."""
 
-    def __init__(self, *sinks: NullSink):
+    def __init__(self, *sinks: Sink):
         self.sinks = list(sinks)
 
     def _each(self, method: str, *args) -> None:
@@ -137,7 +160,7 @@ class ProgressWindow:
     def seconds_to_due(self) -> float:
         return max(0.0, self.t_start + self.interval - time.monotonic())
 
-    def flush(self, sinks: NullSink) -> None:
+    def flush(self, sinks: Sink) -> None:
         elapsed = max(time.monotonic() - self.t_start, 1e-9)
         samples = self._progress[:, Control.SAMPLES] - self._samples
         loss = self._reports[:, [Control.LOSS, Control.LOSS_STEPS]] - self._loss

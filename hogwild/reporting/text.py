@@ -1,7 +1,23 @@
-"""How numbers read in what a user sees: "1 worker", "2 workers", "14,380 samples"."""
+"""How numbers and tables read in what a user sees: "1 worker", "2 workers", "14,380 samples",
+and rows of text cells in aligned columns (the sweep table, the benchmark's tables).
+"""
 
 from __future__ import annotations
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+def print_cells(cells: list[list[str]], left: int) -> None:
+    """Rows of text cells in aligned columns, the first row a header underlined with dashes;
+    the first `left` columns are left-aligned (names), the rest right-aligned (figures)."""
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    for i, row in enumerate(cells):
+        print(
+            "  ".join(
+                c.ljust(w) if j < left else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))
+            )
+        )
+        if i == 0:
+            print("  ".join("-" * w for w in widths))

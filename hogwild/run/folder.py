@@ -1,13 +1,14 @@
 """One run per folder, and write errors as one line (docs/fault-tolerance.md).
 
-    with run_folder.claim("outputs/run") as folder:   # RunFolderError if another run holds it
-        ...                                          # folder.started = True once workers run
+    with Claim("outputs/run") as claim:   # RunFolderError if another run holds it
+        ...                              # claim.started = True once workers run
 
 The claim is an exclusive `fcntl.flock` on `<folder>/.hogwild.lock`, which holds the PID of
 the run that owns it. The kernel releases it when that process ends however it ends, so a
-crashed run never leaves a folder locked. Claims are re-entrant within a process (the CLI
-claims before writing `.hydra/`, the Trainer again for the Python API). A run refused before
-it started leaves no folder behind when the folder was new (or empty) when it was claimed.
+crashed run never leaves a folder locked. One claim per run: the CLI claims before writing
+`.hydra/` and hands the claim to the Trainer; the Python API's Trainer claims for itself. A
+run refused before it started leaves no folder behind when the folder was new (or empty)
+when it was claimed.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from hogwild.errors import RunFolderError
 
 LOCK = ".hogwild.lock"
 HYDRA_LOG = "train.log"  # the CLI's log, begun by the run's first line: part of a fresh folder
-_held: dict[str, Claim] = {}
 
 
 def write_error(path: str, e: OSError) -> RunFolderError:
@@ -34,25 +34,21 @@ def write_error(path: str, e: OSError) -> RunFolderError:
 
 
 class Claim:
+    """One run's hold on its folder, from `with` to the end of the block: a lock file that a
+    second run cannot take, and a fresh folder removed again if the run never started. Made
+    once by whoever sets the run up (the CLI, or Trainer.fit for the Python API) and handed on."""
+
     def __init__(self, folder: str):
         self.folder = os.path.abspath(folder)
         self.fd: int | None = None
-        self.depth = 0
         self.fresh = False
         self.started = False  # set once the run has started: from then on its files are kept
 
     def __enter__(self) -> Claim:
-        if self.depth == 0:
-            self._acquire()
-            _held[self.folder] = self
-        self.depth += 1
+        self._acquire()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.depth -= 1
-        if self.depth:
-            return
-        del _held[self.folder]
         if self.fresh and not self.started:  # refused or interrupted before it began: no litter
             _close_log_files_in(self.folder)
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -120,8 +116,3 @@ def _close_log_files_in(folder: str) -> None:
             if isinstance(h, logging.FileHandler) and h.baseFilename.startswith(folder + os.sep):
                 logger.removeHandler(h)
                 h.close()
-
-
-def claim(folder: str) -> Claim:
-    """The claim on `folder`: this process's own when it holds one already."""
-    return _held.get(os.path.abspath(folder)) or Claim(folder)

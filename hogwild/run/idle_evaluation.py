@@ -1,19 +1,18 @@
 """Evaluations during training that wait for a core the workers leave idle.
 
-The run loop's side:
+`EvaluationScheduler`, what the run loop owns and asks (it returns scores, the loop charts them):
 
-    evaluate(loop, label)   an evaluation is due: on an idle core when the evaluator allows it,
-                            else in the loop, as the workers go on
-    report(loop)            every turn of the loop: start a waiting one if a core is idle;
-                            chart those done at the step they were due at
-    drain_queue(loop)       after the workers: those still waiting, on every core
+    start(label, units)     an evaluation is due: on an idle core when the evaluator allows it,
+                            else at once, in the loop's thread, as the workers go on
+    completed()             every turn of the loop: start a waiting one if a core is idle;
+                            the scores of those done, with the units they were due at
+    drain(...)              after the workers: those still waiting, on every core
 
 `IdleEvaluations`, the mechanism: `submit` holds a snapshot of the shared weights, `poll` hands
 the oldest to the evaluation thread, `completed` returns the results, `drain` and `close` end it.
 
-An evaluation run beside workers that keep every core busy takes its CPU time from them: in a
-two-node torchrun run on two cores, rank 0's orchestrator took 13% of a core from its worker
-(3% once its evaluations waited), which made node 0 the node the other one waits for. A core
+An evaluation run beside workers that keep every core busy takes its CPU time from them, and
+in a torchrun run that slows the node that evaluates (docs/performance.md measures it). A core
 is idle when fewer threads are runnable than this process may use cores (the kernel's count,
 this thread included), twice in a row; with one worker on two cores, or a GPU run, that is at once. On busy cores the
 evaluation waits, for `trainer.eval_wait_seconds` at most (then it runs beside the workers, as
@@ -28,27 +27,25 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager as ContextManager
 
 import torch
 
 from hogwild.config.schema import usable_cores
-from hogwild.reporting import timeline
-from hogwild.run import evaluation
-from hogwild.run.state import Finished
-
-if TYPE_CHECKING:
-    from hogwild.run.loop import RunLoop
+from hogwild.reporting.timeline import Timeline
 
 log = logging.getLogger("hogwild")
 
 MAX_PENDING = 16  # snapshots waiting for an idle core (trainer.eval_wait_seconds bounds the wait)
 MAX_BYTES = 1 << 30  # every copy this module may hold together
-Outcome = dict[str, float] | BaseException
+# An evaluation's scores (dashboard scalars), or what it raised (the loop raises it again)
+EvaluationOutcome = dict[str, float] | BaseException
+Scored = tuple[int, EvaluationOutcome]  # the units it was due at, and its outcome
 
 
 def runnable_threads() -> int | None:
@@ -135,7 +132,7 @@ class IdleEvaluations:
                 self.queue.append((*self.waiting.popleft()[:3], threads))
             self.cond.notify_all()
 
-    def completed(self) -> list[tuple[str, int, Outcome]]:
+    def completed(self) -> list[tuple[str, int, EvaluationOutcome]]:
         out = []
         while self.ready:
             out.append(self.ready.popleft())
@@ -186,7 +183,7 @@ class IdleEvaluations:
                     for dst, src in zip(self.model.state_dict().values(), snapshot, strict=True):
                         dst.copy_(src)
                     del snapshot
-                    outcome: Outcome = self.evaluate(self.model, label)
+                    outcome: EvaluationOutcome = self.evaluate(self.model, label)
             except Exception as e:  # noqa: BLE001 - raised again by the run loop, in its thread
                 outcome = e
             with self.cond:
@@ -197,57 +194,57 @@ class IdleEvaluations:
                 self.cond.notify_all()
 
 
-def evaluate(loop: RunLoop, label: str) -> None:
-    """On a core the workers leave idle when the evaluator allows it and the snapshot is taken,
-    else in the run loop, while the workers go on."""
-    loop.flush()  # the train/ charts get a point at every epoch's end, however short
-    units = loop.window.samples_seen
-    if loop.idle and loop.idle.submit(loop.t.model, label, units):
-        return
-    with timeline.phase("evaluations"):  # overlaps the workers' training
-        results = loop.evaluator.evaluate(loop.t.model, label)
-    loop.sinks.scalars(results, units)
-    if reason := loop.evaluator.goal():  # e.g. a policy that solved its task
-        loop.node.reach_goal()  # torchrun: the next rounds stop every node
-        loop.apply(Finished(reason))
+@dataclasses.dataclass
+class Drained:
+    scored: list[Scored]  # in the order they were due
+    dropped: int  # not run: dropped by a signal during the drain (or all, when skipped)
 
 
-def report(loop: RunLoop) -> None:
-    """Start a waiting evaluation if a core is idle; report those done, at the units they were
-    due at."""
-    if loop.idle is None:
-        return
-    loop.idle.poll()
-    for _, units, outcome in loop.idle.completed():
-        if isinstance(outcome, BaseException):
-            raise outcome  # as if it had run in the loop: the run fails with it
-        loop.sinks.scalars(outcome, units)
+class EvaluationScheduler:
+    """The run loop's evaluations during training: on a core the workers leave idle when the
+    evaluator allows it (`idle_cores`) and a snapshot can be held, else at once, in the loop's
+    thread, while the workers go on. It returns what was scored; the loop charts it."""
 
+    def __init__(self, evaluator, model: torch.nn.Module, timeline: Timeline, wait_seconds: float):
+        self.evaluator, self.model, self.timeline = evaluator, model, timeline
+        self.idle = (
+            IdleEvaluations(evaluator.evaluate, wait_seconds) if evaluator.idle_cores else None
+        )
 
-def drain_queue(loop: RunLoop) -> bool:
-    """After the workers exit: the evaluations still waiting for an idle core, run now on every
-    core (a fixed cost). A signal meanwhile drops those not started; to an interrupted run it
-    is a second signal. True when the final evaluation must be skipped (a second signal)."""
-    idle, st = loop.idle, loop.state
-    if idle is None:
-        return st.force
-    by_signal = 0  # dropped by a signal during the drain (a second signal: all of them)
-    try:
-        if not st.force:
-            with (
-                timeline.phase("queued_evaluations"),
-                evaluation.every_core(loop.t.cfg.start_method),
-            ):
-                by_signal = idle.drain(lambda: bool(loop.signals.drain()))
-        report(loop)
-    except Exception as e:  # noqa: BLE001 - an evaluation raised: the run fails, as in the loop
-        st.fail_late(f"evaluation failed: {type(e).__name__}: {e}")
-    finally:
-        left = idle.close()  # after the one running, if any
-        if idle.count:
-            timeline.add("idle_core_evaluations", idle.cpu_seconds, count=idle.count)
-    if st.force:
-        by_signal += left
-    if by_signal:
-        log.warning("signal received: %d queued evaluation(s) of earlier epochs dropped", by_signal)
-    return st.force or (bool(by_signal) and st.status == "interrupted")
+    @property
+    def holds_any(self) -> bool:
+        """Whether the end of the run has a queue to drain and a thread to close."""
+        return self.idle is not None
+
+    def start(self, label: str, units: int) -> list[Scored]:
+        """An evaluation is due: a snapshot waits for an idle core (nothing scored yet), or it
+        runs now and its scores are returned."""
+        if self.idle and self.idle.submit(self.model, label, units):
+            return []
+        with self.timeline.phase("evaluations"):  # overlaps the workers' training
+            return [(units, self.evaluator.evaluate(self.model, label))]
+
+    def completed(self) -> list[Scored]:
+        """Start a waiting evaluation if a core is idle; those done since the last call."""
+        if self.idle is None:
+            return []
+        self.idle.poll()
+        return [(units, outcome) for _, units, outcome in self.idle.completed()]
+
+    def drain(
+        self, interrupted: Callable[[], bool], skip: bool, every_core: ContextManager
+    ) -> Drained:
+        """After the workers: those still waiting, run now (within `every_core`) unless `skip`;
+        `interrupted()` true meanwhile drops those not started. Ends the thread."""
+        idle, dropped = self.idle, 0
+        assert idle is not None, "nothing to drain: see holds_any"
+        try:
+            if not skip:
+                with self.timeline.phase("queued_evaluations"), every_core:
+                    dropped = idle.drain(interrupted)
+            scored = [(units, outcome) for _, units, outcome in idle.completed()]
+        finally:
+            left = idle.close()  # after the one running, if any
+            if idle.count:
+                self.timeline.add("idle_core_evaluations", idle.cpu_seconds, count=idle.count)
+        return Drained(scored, dropped + left if skip else dropped)

@@ -17,82 +17,76 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
 
 from hogwild.errors import NodeSyncError
+from hogwild.process.signals import SignalRelay
 from hogwild.protocol import Control, Log, Scalars
-from hogwild.reporting import staleness, timeline
+from hogwild.reporting import staleness
 from hogwild.reporting.dashboards import TensorBoardSink
 from hogwild.reporting.sinks import NullSink, ProgressBar, ProgressWindow, Sinks
-from hogwild.run import evaluation, idle_evaluation, summary
+from hogwild.run import evaluation, summary
 from hogwild.run import folder as run_folder
 from hogwild.run.checkpoint import Checkpointer
+from hogwild.run.context import RunContext
+from hogwild.run.idle_evaluation import EvaluationScheduler, Scored
 from hogwild.run.state import (
     Failed,
     Finished,
     Restart,
     RunFailed,
     RunState,
+    RunStatus,
     Signal,
     Stalled,
     StopWorkers,
     Terminate,
     Tick,
 )
+from hogwild.run.summary import Summary
+from hogwild.run.supervisor import Supervisor
+from hogwild.workloads.base import Evaluator, NullEvaluator
 
 log = logging.getLogger("hogwild")
 
 # How often the loop looks at the shared table when no worker says anything: for the cadences
-# counted in steps, the stall watch and shutdown deadlines. Measured (MLP, 2 workers, 4 short
-# epochs): 36-41 wake-ups in 2.5-3.2 s of training cost 0.04-0.05 s of CPU in all, half of it
-# the per-epoch evaluations.
+# counted in steps, the stall watch and shutdown deadlines (its cost: docs/performance.md).
 POLL_SECONDS = 0.1
 
 
 class RunLoop:
-    def __init__(
-        self, trainer, plan, control: Control, optimizer_state, supervisor, signals, t_fit: float
-    ):
-        self.t, self.plan, self.control, self.node, self.t_fit = (
-            trainer,
-            plan,
-            control,
-            trainer.node,
-            t_fit,
-        )
-        self.supervisor, self.signals, self.optimizer_state = supervisor, signals, optimizer_state
-        cfg, workload, writer = trainer.cfg, trainer.workload, trainer.node.is_writer
-        self.initial = int(control.progress[:, Control.SAMPLES].sum())
+    def __init__(self, ctx: RunContext, supervisor: Supervisor, signals: SignalRelay, t_fit: float):
+        self.ctx, self.supervisor, self.signals, self.t_fit = ctx, supervisor, signals, t_fit
+        self.control, self.node, cfg, writer = ctx.control, ctx.node, ctx.cfg, ctx.node.is_writer
+        self.initial = int(ctx.control.progress[:, Control.SAMPLES].sum())
         self.state = RunState(
             cfg.num_workers,
-            [int(e) for e in control.progress[:, Control.EPOCH]],
+            [int(e) for e in ctx.control.progress[:, Control.EPOCH]],
             cfg.on_worker_failure,
             cfg.max_restarts,
             cfg.grace_seconds,
             cfg.stall_seconds,
         )
-        self.window = ProgressWindow(control, unit=workload.unit)
-        self.evaluator = (
-            workload.evaluator(plan.device, plan.layout, cfg.eval_batch_size)
+        self.window = ProgressWindow(ctx.control, unit=ctx.workload.unit)
+        self.evaluator: Evaluator = (
+            ctx.workload.evaluator(ctx.plan.device, ctx.plan.layout, cfg.eval_batch_size)
             if writer
-            else NoEvaluation()
+            else NullEvaluator()
         )
-        self.evaluator.due(
-            self.state.epochs_complete, self.initial
-        )  # a resumed run: its epochs are done
+        self.evaluator.due(self.state.epochs_complete, self.initial)  # a resumed run: done epochs
+        self.evaluations = EvaluationScheduler(
+            self.evaluator, ctx.model, ctx.setup.timeline, cfg.eval_wait_seconds
+        )
         self.checkpointer = Checkpointer(
-            os.path.join(trainer.output_dir, "checkpoints", "last.pt"),
-            trainer.ckpt_cfg,
-            trainer.model,
-            control.progress,
-            plan.facts,
-            trainer.record,
-            optimizer_state,
+            os.path.join(ctx.output_dir, "checkpoints", "last.pt"),
+            ctx.checkpointing,
+            ctx.model,
+            ctx.control.progress,
+            ctx.plan.facts,
+            ctx.record,
+            ctx.optimizer_state,
             enabled=writer,
         )
-        self.sinks = dashboards(trainer, self.initial) if writer else NullSink()
-        wait, idle = cfg.eval_wait_seconds, self.evaluator.idle_cores  # hogwild.run.idle_evaluation
-        self.idle = idle_evaluation.IdleEvaluations(self.evaluator.evaluate, wait) if idle else None
+        self.sinks = dashboards(ctx, self.initial) if writer else NullSink()
 
     def watch(self) -> None:
         st = self.state
@@ -124,8 +118,9 @@ class RunLoop:
                 self.apply(Finished("another node reached the run's goal"))
             label = self.evaluator.due(st.epochs_complete, self.window.samples_seen)
             if label and st.running:
-                idle_evaluation.evaluate(self, label)
-            idle_evaluation.report(self)
+                self.flush()  # the train/ charts get a point at every epoch's end, however short
+                self._scored(self.evaluations.start(label, self.window.samples_seen))
+            self._scored(self.evaluations.completed())
         self.flush()
         # keep joining rounds until every node is done (the last one leaves all alike); a run
         # that reached its goal too, so that its rounds carry the news to the other nodes
@@ -146,12 +141,24 @@ class RunLoop:
                 log.error("%s; stopping the workers", e)
             self.apply(RunFailed(str(e)))
 
+    def _scored(self, scored: list[Scored]) -> None:
+        """Evaluations done: their results charted at the units they were due at; an
+        evaluation that raised fails the run, as if it had run here."""
+        for units, outcome in scored:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            self.sinks.scalars(outcome, units)
+            if reason := self.evaluator.goal():  # e.g. a policy that solved its task
+                self.node.reach_goal()  # torchrun: the next rounds stop every node
+                self.apply(Finished(reason))
+
     def apply(self, event) -> bool:
         """Feed one event to the run state and carry out its actions; True to terminate now."""
         terminate = False
+        cfg = self.ctx.cfg
         for action in self.state.apply(event):
             if isinstance(action, Restart):
-                f, n = action.failure, self.t.cfg.max_restarts
+                f, n = action.failure, cfg.max_restarts
                 log.warning(
                     "worker %d died (%s); restarting it (%d/%d)", f.rank, f.reason, action.count, n
                 )
@@ -173,7 +180,7 @@ class RunLoop:
                 self.control.stop[0] = 1
                 if self.state.finished_reason:
                     log.info("%s; stopping the workers", action.reason)
-                elif self.state.status == "interrupted":
+                elif self.state.status is RunStatus.INTERRUPTED:
                     log.warning(
                         "%s received: stopping the workers at their next step (again to force)",
                         action.reason,
@@ -183,8 +190,8 @@ class RunLoop:
                     "worker %d took no step for %.0f s (trainer.stall_seconds=%g); where it is:\n%s",
                     action.rank,
                     action.seconds,
-                    self.t.cfg.stall_seconds,
-                    self.supervisor.stack(action.rank, self.t.stack_dir),
+                    cfg.stall_seconds,
+                    self.supervisor.stack(action.rank, self.ctx.stack_dir),
                 )
                 self.supervisor.kill(action.rank)
             elif isinstance(action, Terminate):
@@ -197,36 +204,84 @@ class RunLoop:
         if values := staleness.scalars(self.control.staleness.numpy()):
             self.sinks.scalars(values, self.window.samples_seen)
 
+    def finish(self) -> Summary:
+        """The run after its workers: the evaluations still waiting for an idle core, the final
+        evaluation and checkpoint (unless it failed), then the summary (written by rank 0 alone)."""
+        st, ctx, timeline = self.state, self.ctx, self.ctx.setup.timeline
+        second_signal = self._drain_evaluations()
+        if st.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED):
+            if second_signal:  # the checkpoint and the summary, nothing that can wait
+                log.warning(
+                    "second signal: no final evaluation; writing the checkpoint and summary"
+                )
+            elif self.evaluator.needs_final(
+                st.status is RunStatus.COMPLETED, self.node.weights_change_at_end
+            ):
+                with timeline.phase("final_evaluation"), self._every_core():
+                    results = self.evaluator.evaluate(ctx.model, "final")
+                self.sinks.scalars(results, self.window.samples_seen)
+            self.checkpointer.error = None
+            with timeline.phase("final_checkpoint"):
+                self.node.final_checkpoint(self.checkpointer.save)
+            if self.checkpointer.error:
+                st.fail_late(self.checkpointer.error)
+        s = summary.collect(
+            ctx, st, self.window, self.evaluator.results(), self.initial, self.t_fit
+        )
+        s.distributed = self.node.figures(
+            {
+                "status": s.status,
+                "total_samples": s.total_samples,
+                "samples_per_second": s.samples_per_second,
+                "train_seconds": s.train_seconds,
+            }
+        )
+        if self.node.is_writer:
+            self.sinks.results(s.status, summary.hparam_metrics(s), self.window.samples_seen)
+            self.sinks.close()
+            path = os.path.join(ctx.output_dir, "summary.json")
+            try:
+                s.write(path)
+            except OSError as e:  # the console report below still tells the user everything
+                log.error("%s", run_folder.write_error(path, e))
+        return s
 
-def dashboards(trainer, initial: int) -> Sinks:
+    def _every_core(self):
+        return evaluation.every_core(self.ctx.cfg.start_method, self.ctx.setup.last_run_in_process)
+
+    def _drain_evaluations(self) -> bool:
+        """After the workers exit: the evaluations still waiting for an idle core, run now on
+        every core (a fixed cost). A signal meanwhile drops those not started; to an
+        interrupted run it is a second signal. True when the final evaluation must be skipped
+        (a second signal)."""
+        st = self.state
+        if not self.evaluations.holds_any:
+            return st.force
+        drained = self.evaluations.drain(
+            lambda: bool(self.signals.drain()), skip=st.force, every_core=self._every_core()
+        )
+        try:
+            self._scored(drained.scored)
+        except Exception as e:  # noqa: BLE001 - an evaluation raised: the run fails, as in the loop
+            st.fail_late(f"evaluation failed: {type(e).__name__}: {e}")
+        if drained.dropped:
+            log.warning(
+                "signal received: %d queued evaluation(s) of earlier epochs dropped",
+                drained.dropped,
+            )
+        return st.force or (bool(drained.dropped) and st.status is RunStatus.INTERRUPTED)
+
+
+def dashboards(ctx: RunContext, initial: int) -> Sinks:
     """What the node that writes shows: TensorBoard and the progress bar (other nodes log to
     their console only)."""
-    workload = trainer.workload
-    os.makedirs(trainer.output_dir, exist_ok=True)
+    os.makedirs(ctx.output_dir, exist_ok=True)
     sinks = Sinks(
-        TensorBoardSink(os.path.join(trainer.output_dir, "tensorboard")),
-        ProgressBar(workload.total_units, initial, unit=workload.unit),
+        TensorBoardSink(os.path.join(ctx.output_dir, "tensorboard")),
+        ProgressBar(ctx.workload.total_units, initial, unit=ctx.workload.unit),
     )
-    sinks.hparams(summary.hparams(trainer))  # a row in the HParams tab from the start
+    sinks.hparams(summary.hparams(ctx))  # a row in the HParams tab from the start
     return sinks
-
-
-class NoEvaluation:
-    """Nodes other than rank 0 evaluate nothing: their cores go to their workers."""
-
-    idle_cores = False
-
-    def due(self, epochs_complete: int, units: int) -> None:
-        return None
-
-    def needs_final(self, completed: bool, weights_changed: bool) -> bool:
-        return False
-
-    def results(self) -> dict[str, Any]:
-        return {}
-
-    def goal(self) -> None:
-        return None
 
 
 def workload_scalars(event: Scalars) -> dict[str, float]:
@@ -235,40 +290,3 @@ def workload_scalars(event: Scalars) -> dict[str, float]:
     out = {f"train/{k}": v for k, v in event.values.items()}
     out.update({f"workers/{k}/rank_{event.rank:02d}": v for k, v in event.values.items()})
     return out
-
-
-def finish(loop: RunLoop) -> summary.Summary:
-    """The run after its workers: final evaluation and checkpoint (unless it failed), then the
-    summary (written by rank 0 alone)."""
-    st, t = loop.state, loop.t
-    second_signal = idle_evaluation.drain_queue(loop)
-    if st.status in ("completed", "interrupted"):
-        if second_signal:  # the checkpoint and the summary, nothing that can wait
-            log.warning("second signal: no final evaluation; writing the checkpoint and summary")
-        elif loop.evaluator.needs_final(st.status == "completed", loop.node.weights_change_at_end):
-            with timeline.phase("final_evaluation"), evaluation.every_core(t.cfg.start_method):
-                results = loop.evaluator.evaluate(t.model, "final")
-            loop.sinks.scalars(results, loop.window.samples_seen)
-        loop.checkpointer.error = None
-        with timeline.phase("final_checkpoint"):
-            loop.node.final_checkpoint(loop.checkpointer.save)
-        if loop.checkpointer.error:
-            st.fail_late(loop.checkpointer.error)
-    s = summary.collect(loop)
-    s.distributed = loop.node.figures(
-        {
-            "status": s.status,
-            "total_samples": s.total_samples,
-            "samples_per_second": s.samples_per_second,
-            "train_seconds": s.train_seconds,
-        }
-    )
-    if loop.node.is_writer:
-        loop.sinks.results(s.status, summary.hparam_metrics(s), loop.window.samples_seen)
-        loop.sinks.close()
-        path = os.path.join(t.output_dir, "summary.json")
-        try:
-            s.write(path)
-        except OSError as e:  # the console report below still tells the user everything
-            log.error("%s", run_folder.write_error(path, e))
-    return s

@@ -24,7 +24,7 @@ from hogwild.config.schema import TrainerConfig
 from hogwild.errors import CheckpointError, ConfigError, HogwildError, RunFolderError
 from hogwild.process import forkserver, sharing
 from hogwild.protocol import Control
-from hogwild.run import checkpoint, evaluation
+from hogwild.run import checkpoint
 from hogwild.run import folder as run_folder
 from hogwild.workloads import device as device_rules
 from hogwild.workloads.device import Layout
@@ -93,7 +93,7 @@ def check_writable(output_dir: str, model: torch.nn.Module, optimizer_copies: in
 
 
 def check_threads(cfg: TrainerConfig) -> None:
-    pool = max(torch.get_num_threads(), evaluation.widened)
+    pool = torch.get_num_threads()  # a pool widened by `every_core` forks nothing afterwards
     if cfg.start_method == "fork" and cfg.threads_per_worker > 1 and pool > 1:
         # OpenMP after fork: a child of a process whose thread pool has run (share_memory()
         # alone starts it) hangs forever in its first multi-threaded op. The CLI caps this
@@ -113,7 +113,7 @@ def check_optimizer(factory: Callable[..., torch.optim.Optimizer]) -> None:
     for key, value in keywords.items():  # the Python API: nan < 0 is False, torch takes it
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"optimizer.{key}={value} is not valid: expected a finite number")
-    if _checks_arguments_first(factory, keywords):
+    if checks_arguments_first(factory, keywords):
         # it checks every argument, then refuses an empty parameter list: that refusal means
         # the arguments passed, without the ~1.1 s import of torch._dynamo that adding a
         # parameter group costs (hogwild.process.forkserver)
@@ -133,7 +133,7 @@ def check_optimizer(factory: Callable[..., torch.optim.Optimizer]) -> None:
         ) from None
 
 
-def _checks_arguments_first(factory: Callable[..., torch.optim.Optimizer], keywords) -> bool:
+def checks_arguments_first(factory: Callable[..., torch.optim.Optimizer], keywords) -> bool:
     """torch's own optimizers whose every argument check comes before Optimizer.__init__ (torch
     2.13); Adam, AdamW, SGD and Adagrad check `fused` only after it."""
     cls = getattr(factory, "func", factory)

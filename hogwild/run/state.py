@@ -18,11 +18,26 @@ remaining workers are terminated.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import signal as signals
 from typing import Any
 
 from hogwild.errors import WorkerFailure, describe_exit
 from hogwild.protocol import Done, EpochEnd, Failure, Hello
+
+
+class RunStatus(str, enum.Enum):
+    """Where a run stands: running -> completed | interrupted | failed, never back. The value
+    is what summary.json and the console say."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
 
 # ---- events (besides the protocol's messages) ----
 
@@ -94,7 +109,7 @@ class Terminate:
     """The grace period is over (or a second signal came): SIGTERM, then SIGKILL, what is left."""
 
 
-EXIT_CODES = {"completed": 0, "failed": 1}
+EXIT_CODES = {RunStatus.COMPLETED: 0, RunStatus.FAILED: 1}
 
 
 class StallWatch:
@@ -135,7 +150,7 @@ class RunState:
         self.num_workers, self.on_failure, self.max_restarts = num_workers, on_failure, max_restarts
         self.grace_seconds, self.stall_seconds = grace_seconds, stall_seconds
         self.stalls = StallWatch(stall_seconds)
-        self.status = "running"  # -> completed | interrupted | failed
+        self.status = RunStatus.RUNNING
         self.signal: int | None = None
         self.failure: WorkerFailure | None = None  # rank -1: the orchestrator itself
         self.epochs_done = list(epochs_done or [0] * num_workers)
@@ -149,7 +164,7 @@ class RunState:
 
     @property
     def running(self) -> bool:
-        return self.status == "running"
+        return self.status is RunStatus.RUNNING
 
     @property
     def epochs_complete(self) -> int:
@@ -158,7 +173,7 @@ class RunState:
 
     @property
     def exit_code(self) -> int:
-        if self.status == "interrupted":
+        if self.status is RunStatus.INTERRUPTED:
             return 128 + (self.signal or signals.SIGINT)
         return EXIT_CODES.get(self.status, 1)
 
@@ -211,7 +226,7 @@ class RunState:
         ):
             self.restarts += 1
             return [Restart(e.rank, failure, self.restarts)]
-        self._stop("failed")
+        self._stop(RunStatus.FAILED)
         self.failure = failure
         return [Failed(failure), StopWorkers(f"worker {e.rank} failed")]
 
@@ -221,21 +236,21 @@ class RunState:
         if not self.running:
             self.force = True  # a second signal: do not wait out the grace period
             return []
-        self._stop("interrupted")
+        self._stop(RunStatus.INTERRUPTED)
         self.signal = e.signum
         return [StopWorkers(signals.Signals(e.signum).name)]
 
     def _on_RunFailed(self, e: RunFailed) -> list[Any]:
         if not self.running:  # e.g. Ctrl-C reaches every node: a peer that left first is no news
             return []
-        self._stop("failed")
+        self._stop(RunStatus.FAILED)
         self.failure = WorkerFailure(-1, e.reason)
         return [StopWorkers(e.reason)]
 
     def _on_Finished(self, e: Finished) -> list[Any]:
         if not self.running:
             return []
-        self._stop("completed")
+        self._stop(RunStatus.COMPLETED)
         self.finished_reason = e.reason
         return [StopWorkers(e.reason)]
 
@@ -261,13 +276,13 @@ class RunState:
     def all_exited(self) -> None:
         """Every worker is gone: a run that nothing stopped has completed."""
         if self.running:
-            self.status = "completed"
+            self.status = RunStatus.COMPLETED
 
     def fail_late(self, reason: str) -> None:
         """The orchestrator failed after the workers were gone (the final checkpoint could not
         be written): the run has failed, whatever it was about to be."""
-        if self.status != "failed":
-            self.status, self.failure = "failed", WorkerFailure(-1, reason)
+        if self.status is not RunStatus.FAILED:
+            self.status, self.failure = RunStatus.FAILED, WorkerFailure(-1, reason)
 
-    def _stop(self, status: str) -> None:
+    def _stop(self, status: RunStatus) -> None:
         self.status = status

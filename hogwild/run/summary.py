@@ -14,13 +14,16 @@ from typing import Any
 
 from hogwild.optim import shared_state
 from hogwild.protocol import Control
-from hogwild.reporting import staleness, timeline
+from hogwild.reporting import staleness
+from hogwild.reporting.sinks import ProgressWindow
 from hogwild.reporting.text import plural
+from hogwild.run.context import RunContext
+from hogwild.run.state import RunState
 
 
 @dataclasses.dataclass
 class Summary:
-    status: str  # completed | interrupted | failed
+    status: str  # a RunStatus's value: completed | interrupted | failed
     exit_code: int
     num_workers: int
     start_method: str
@@ -83,7 +86,7 @@ class Summary:
         rel = output_dir if rel.startswith("..") else rel
         checkpoint = os.path.join(output_dir, "checkpoints", "last.pt")
         rows = [
-            *_result_rows(s),
+            *result_rows(s),
             (
                 "samples/s",
                 f"{'node 0: ' if self.distributed else ''}{fmt(self.samples_per_second, ',.0f')} "
@@ -119,7 +122,7 @@ class Summary:
         return failure, [f"run {self.status}"] + [f"  {key:<14} {value}" for key, value in rows]
 
 
-def _result_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+def result_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     """What the run achieved: the test scores, or for A3C the greedy return and whether (and
     when) it solved its task."""
     if "solved" in s:
@@ -142,23 +145,25 @@ def _result_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return [score, ("test loss", fmt(s.get("test_loss"), ".4f"))]
 
 
-def collect(loop) -> Summary:
-    """The summary of a run that has ended, from its parts (a hogwild.run.loop.RunLoop)."""
-    trainer, plan, state, control, initial = (
-        loop.t,
-        loop.plan,
-        loop.state,
-        loop.control,
-        loop.initial,
-    )
-    cfg = trainer.cfg
+def collect(
+    ctx: RunContext,
+    state: RunState,
+    window: ProgressWindow,
+    evaluation: dict[str, Any],
+    initial: int,
+    t_fit: float,
+) -> Summary:
+    """The summary of a run that has ended: what it was given (`ctx`), how it ended (`state`),
+    what its workers reported (`window`), its evaluator's results, the samples it resumed at
+    and when `fit` started (time.monotonic())."""
+    cfg, plan, control = ctx.cfg, ctx.plan, ctx.control
     total_samples = int(control.progress[:, Control.SAMPLES].sum()) - initial
     t_first, t_last = control.train_span() or (None, None)
     train_seconds = t_last - t_first if t_first is not None and t_first < t_last else None
-    wall_seconds = time.time() - trainer.started_at
+    wall_seconds = time.time() - ctx.started_at
     to_wall = time.time() - time.monotonic()  # the workers' step times are monotonic
     return Summary(
-        status=state.status,
+        status=state.status.value,
         exit_code=state.exit_code,
         num_workers=cfg.num_workers,
         start_method=cfg.start_method,
@@ -173,22 +178,22 @@ def collect(loop) -> Summary:
         resumed_from=plan.resume_from,
         wall_seconds=round(wall_seconds, 3),
         train_seconds=round(train_seconds, 4) if train_seconds else None,
-        startup_seconds=round(t_first - loop.t_fit, 3) if t_first is not None else None,
+        startup_seconds=round(t_first - t_fit, 3) if t_first is not None else None,
         samples_per_second=round(total_samples / train_seconds, 1) if train_seconds else None,
-        final_train_loss=loop.window.final_train_loss,
-        skipped_steps=loop.window.skipped,
+        final_train_loss=window.final_train_loss,
+        skipped_steps=window.skipped,
         worker_restarts=state.restarts,
         staleness=staleness.summarize(control.staleness.numpy()),
-        optimizer_shared=trainer.shared_optimizer,
-        schedule=dataclasses.asdict(trainer.schedule),
-        optimizer_state_steps=shared_state.steps(loop.optimizer_state),
+        optimizer_shared=ctx.shared_optimizer,
+        schedule=dataclasses.asdict(ctx.schedule),
+        optimizer_state_steps=shared_state.steps(ctx.optimizer_state),
         workload={
-            **trainer.workload.facts(),
-            **loop.evaluator.results(),
-            **_units(trainer.workload.unit, initial + total_samples, train_seconds, total_samples),
+            **ctx.workload.facts(),
+            **evaluation,
+            **_units(ctx.workload.unit, initial + total_samples, train_seconds, total_samples),
         },
         error=state.error,
-        fixed_costs=timeline.breakdown(
+        fixed_costs=ctx.setup.timeline.breakdown(
             wall_seconds,
             t_first and t_first + to_wall,
             t_last and t_last + to_wall,
@@ -205,19 +210,19 @@ def _units(unit: str, seen: int, seconds: float | None, trained: int) -> dict[st
     return {key: seen, f"{key}_per_second": round(trained / seconds, 1) if seconds else None}
 
 
-def hparams(trainer) -> dict[str, Any]:
+def hparams(ctx: RunContext) -> dict[str, Any]:
     """The HParams tab's columns (hogwild.reporting.dashboards.COLUMNS) and the run's trial id."""
-    cfg, record = trainer.cfg, trainer.record
+    cfg, record = ctx.cfg, ctx.record
     choices = record.get("choices") or {}  # the config groups the CLI composed (hogwild.cli.main)
-    factory = trainer.optimizer_factory
+    factory = ctx.optimizer_factory
     names = {
         "experiment": choices.get("experiment") or "none",
-        "data": choices.get("data") or trainer.workload.name,
-        "model": choices.get("model") or type(trainer.model).__name__,
+        "data": choices.get("data") or ctx.workload.name,
+        "model": choices.get("model") or type(ctx.model).__name__,
         "optimizer": choices.get("optimizer")
         or getattr(getattr(factory, "func", factory), "__name__", "n/a"),
     }
-    job = os.path.basename(trainer.output_dir)  # a sweep's job number
+    job = os.path.basename(ctx.output_dir)  # a sweep's job number
     return {
         **names,
         "num_workers": cfg.num_workers,
@@ -225,13 +230,13 @@ def hparams(trainer) -> dict[str, Any]:
         "sharing_strategy": cfg.sharing_strategy,
         "device": cfg.device,
         "threads_per_worker": cfg.threads_per_worker,
-        **trainer.workload.facts(),
+        **ctx.workload.facts(),
         "lr": getattr(factory, "keywords", {}).get("lr", "n/a"),
         # the table's Trial ID, unique (runs with the same one would share a row) and short
         # enough to be read: which job of a sweep, when; the columns say what ran
         "trial_id": (f"#{job} " if job.isdigit() else "")
-        + time.strftime("%m-%d %H:%M:%S", time.localtime(trainer.started_at)),
-        "started_at": trainer.started_at,
+        + time.strftime("%m-%d %H:%M:%S", time.localtime(ctx.started_at)),
+        "started_at": ctx.started_at,
     }
 
 

@@ -1,12 +1,17 @@
 """The orchestrator: the run as a recipe, and the owner of every side effect.
 
+    set up     the run folder claimed, signals taken, the fork server booted (the CLI hands
+               its own set-up in: hogwild.run.context.RunSetup)
     prepare    hogwild.run.preflight: everything that can refuse the run, before anything is written
-    share      model.share_memory() (grads None), the workload's tensors, the control block
+    share      model.share_memory() (grads None), the workload's tensors, the control block;
+               from here the run is one frozen RunContext (hogwild.run.context)
     start      N workers through a context of `trainer.start_method` (hogwild.run.supervisor)
-    watch      worker pipes + process sentinels -> hogwild.run.state -> actions; the components
-               that are due (evaluation, checkpoints, node sync, dashboards) decide for themselves
+    watch      hogwild.run.loop: worker pipes + process sentinels -> hogwild.run.state ->
+               actions; the components that are due decide for themselves
     finish     stop flag -> grace -> SIGTERM -> SIGKILL -> join; final evaluation, checkpoint,
                summary.json (hogwild.run.summary)
+
+docs/design.md draws the same recipe with the modules behind each step.
 
 Usable without Hydra: build a model, a `DataSplits` (or any workload, hogwild.workloads) and an
 optimizer factory, then `Trainer(...).fit()`. The CLI does exactly that from the composed config.
@@ -26,20 +31,23 @@ from typing import Any
 import torch
 
 from hogwild.config.schema import CheckpointConfig, ScheduleConfig, TrainerConfig, resolve_trainer
-from hogwild.distributed.node import LocalNode
+from hogwild.data.base import DataSplits
+from hogwild.distributed.node import LocalNode, Node
 from hogwild.optim import shared_state
 from hogwild.process import forkserver, sharing, signals
 from hogwild.process.signals import SignalRelay
 from hogwild.protocol import Control, WorkerSpec
-from hogwild.reporting import timeline
 from hogwild.reporting.text import plural
+from hogwild.reporting.timeline import Timeline
 from hogwild.run import folder as run_folder
 from hogwild.run import preflight
-from hogwild.run.loop import RunLoop, finish
+from hogwild.run.context import RunContext, RunSetup
+from hogwild.run.loop import RunLoop
 from hogwild.run.state import RunFailed
 from hogwild.run.summary import Summary
 from hogwild.run.supervisor import Supervisor
 from hogwild.worker.main import run_worker
+from hogwild.workloads.base import Workload
 from hogwild.workloads.supervised import SupervisedWorkload
 
 log = logging.getLogger("hogwild")
@@ -49,29 +57,32 @@ class Trainer:
     def __init__(
         self,
         model: torch.nn.Module,
-        data,  # a hogwild.data.DataSplits, or a workload (hogwild.workloads.base.Workload)
+        data: DataSplits | Workload,  # a data set, or any workload (hogwild.workloads.base)
         optimizer_factory: Callable[..., torch.optim.Optimizer],
         trainer: TrainerConfig = TrainerConfig(),
         batch_size: int = 64,
         output_dir: str | None = None,  # default: outputs/<model>/<date>_<time>, a fresh folder
         checkpointing: CheckpointConfig = CheckpointConfig(),
-        resume_from: str
-        | None = None,  # a checkpoint, or "auto": this run's own last one if there is one
+        # a checkpoint, or "auto": this run's own last one if there is one
+        resume_from: str | None = None,
         record: Mapping[str, Any] | None = None,  # the composed config, stored in checkpoints
-        loss_fn: Callable[..., torch.Tensor]
-        | None = None,  # default: cross_entropy, or mse_loss for regression
+        # default: cross_entropy, or mse_loss for regression
+        loss_fn: Callable[..., torch.Tensor] | None = None,
         started_at: float | None = None,  # time.time() the process started (for wall_seconds)
-        shared_optimizer: bool
-        | None = None,  # one optimizer state for all workers (hogwild.optim.shared_state); None: the workload's default
+        # one optimizer state for all workers (hogwild.optim.shared_state); None: the
+        # workload's default
+        shared_optimizer: bool | None = None,
         schedule: ScheduleConfig = ScheduleConfig(),  # learning-rate rules (hogwild.optim.schedule)
-        node=None,  # hogwild.distributed.torchrun.NodeSync under torchrun; LocalNode (does nothing) otherwise
+        node: Node | None = None,  # a torchrun NodeSync; LocalNode (does nothing) otherwise
         overwrite: bool = False,  # start over in an output_dir that holds a finished run
+        setup: RunSetup | None = None,  # the CLI's; None: fit() sets the run up itself
     ):
         self.cfg = resolve_trainer(trainer)
         self.model, self.optimizer_factory, self.ckpt_cfg = model, optimizer_factory, checkpointing
-        is_workload = callable(getattr(data, "evaluator", None))
-        self.workload = (
-            data if is_workload else SupervisedWorkload(data, batch_size, self.cfg.epochs, loss_fn)
+        self.workload: Workload = (
+            data
+            if isinstance(data, Workload)
+            else SupervisedWorkload(data, batch_size, self.cfg.epochs, loss_fn)
         )
         if output_dir is None:
             output_dir = run_folder.fresh(os.path.join("outputs", type(model).__name__.lower()))
@@ -80,37 +91,57 @@ class Trainer:
         self.record, self.started_at = dict(record or {}), started_at or time.time()
         if shared_optimizer is None:  # A3C shares its optimizer state by default
             shared_optimizer = getattr(self.workload, "shared_optimizer", False)
-        self.shared_optimizer, self.schedule, self.node = (
-            shared_optimizer,
-            schedule,
-            node or LocalNode(),
-        )
+        self.shared_optimizer, self.schedule = shared_optimizer, schedule
+        self.node: Node = node or LocalNode()
+        self.setup = setup
         self.summary: Summary | None = None
+        # Held as long as the Trainer: the CLI keeps it until the process exits, since freeing
+        # a file_system tensor after torch_shm_manager died aborts the process (hogwild.cli.main.run).
+        self.shared: RunContext | None = None
 
     def fit(self) -> dict[str, Any]:
         """Train to the end (or to a failure or interrupt); returns the summary it wrote."""
-        # One run per folder (hogwild.run.folder); only the node that writes claims it.
-        folder = run_folder.claim(self.output_dir) if self.node.is_writer else run_folder.Claim("")
-        self.stack_dir = tempfile.mkdtemp(prefix="hogwild-stacks-")  # hung workers' stacks
+        setup = self.setup or RunSetup.for_python_api(self.started_at)
+        # One run per folder (hogwild.run.folder); only the node that writes claims it. The
+        # CLI claimed it already, before torch's import, and handed the claim in.
+        own_claim = setup.claim is None and self.node.is_writer
+        claim = run_folder.Claim(self.output_dir) if own_claim else setup.claim
+        stack_dir = tempfile.mkdtemp(prefix="hogwild-stacks-")  # hung workers' stacks
         previous = signals.install()  # the Python API: from here (the CLI has done it already)
-        if not timeline.started():  # the Python API: the run's phases count from here
-            timeline.begin(self.started_at)
         try:
-            with folder if self.node.is_writer else contextlib.nullcontext():
-                return self._fit(folder)
+            with claim if own_claim else contextlib.nullcontext():
+                return self._fit(setup, claim, stack_dir)
         finally:
             signals.restore(previous)
-            shutil.rmtree(self.stack_dir, ignore_errors=True)
+            shutil.rmtree(stack_dir, ignore_errors=True)
 
-    def _fit(self, folder: run_folder.Claim) -> dict[str, Any]:
+    def _fit(
+        self, setup: RunSetup, claim: run_folder.Claim | None, stack_dir: str
+    ) -> dict[str, Any]:
         t_fit = time.monotonic()
-        plan = self._prepare()
+        timeline = setup.timeline
+        plan = self._prepare(timeline)
         # file_system: share_memory() may start torch_shm_manager
         with signals.born_deaf(), timeline.phase("sharing"):
-            task, control, optimizer_state = share(self, plan)
-        # Held as long as the Trainer: the CLI keeps it until the process exits, since freeing a
-        # file_system tensor after torch_shm_manager died aborts the process (hogwild.cli.main.run).
-        self.shared = (task, control, optimizer_state)
+            task, control, optimizer_state = self._share(plan)
+        ctx = self.shared = RunContext(
+            cfg=plan.trainer,
+            model=self.model,
+            workload=self.workload,
+            optimizer_factory=self.optimizer_factory,
+            plan=plan,
+            control=control,
+            optimizer_state=optimizer_state,
+            node=self.node,
+            output_dir=self.output_dir,
+            checkpointing=self.ckpt_cfg,
+            schedule=self.schedule,
+            shared_optimizer=self.shared_optimizer,
+            record=self.record,
+            started_at=self.started_at,
+            stack_dir=stack_dir,
+            setup=setup,
+        )
         self.node.attach(list(self.model.parameters()), control.progress)
         self.node.broadcast(
             [
@@ -119,7 +150,7 @@ class Trainer:
                 *shared_state.tensors(optimizer_state),
             ]
         )
-        spec = worker_spec(self, plan, task)
+        spec = worker_spec(ctx, task)
         # The model and the task's tensors are referenced here until the supervisor has joined
         # every worker (the finally below): a CUDA producer must outlive the consumers of its tensors.
         supervisor = Supervisor(
@@ -128,10 +159,11 @@ class Trainer:
             lambda rank: (spec, self.model, control, optimizer_state),
         )
         with SignalRelay() as relay:
-            loop = RunLoop(self, plan, control, optimizer_state, supervisor, relay, t_fit)
+            loop = RunLoop(ctx, supervisor, relay, t_fit)
             try:
                 self._announce()
-                folder.started = True  # from here on the run's files are kept, whatever happens
+                if claim is not None:
+                    claim.started = True  # from here on the run's files are kept, whatever happens
                 timeline.mark("launch")
                 for rank in range(self.cfg.num_workers):
                     supervisor.start(rank)
@@ -142,12 +174,12 @@ class Trainer:
             finally:
                 supervisor.terminate()
                 timeline.mark("joined")
-                self.summary = finish(loop)
+                self.summary = loop.finish()
         return self.summary.to_dict()
 
-    def _prepare(self) -> preflight.Plan:
+    def _prepare(self, timeline: Timeline) -> preflight.Plan:
         """Everything that can refuse the run (hogwild.run.preflight), while the fork server boots."""
-        forkserver.fork_server(self.cfg.start_method)
+        forkserver.fork_server(self.cfg.start_method)  # the CLI's is running already: kept
         if forkserver.needs_dynamo(self.cfg.start_method, self.shared_optimizer):
             forkserver.import_dynamo()
         with timeline.phase("checks"):
@@ -172,6 +204,33 @@ class Trainer:
             )
         return plan
 
+    def _share(self, plan: preflight.Plan):
+        """The run's tensors into shared memory (or onto the GPU): the model (in the plan's
+        layout), the workload's tensors, the shared optimizer state if any, and the control block."""
+        sharing.set_sharing_strategy(self.cfg.sharing_strategy)
+        self.model.to(plan.device)
+        if plan.layout.channels_last:  # 4-D weights only; the shared data is laid out to match
+            self.model.to(memory_format=torch.channels_last)
+        self.model.zero_grad(set_to_none=True)  # each worker allocates its own grads
+        self.model.share_memory()  # CUDA tensors need no move: they are shared through CUDA IPC
+        home = plan.device if plan.data_on_device else torch.device("cpu")
+        task = self.workload.task(home, plan.layout)
+        state: shared_state.State = []
+        if (
+            self.shared_optimizer
+        ):  # built on the device, in the layout, the workers' parameters have
+            state = shared_state.build(self.optimizer_factory, list(self.model.parameters()))
+            if (
+                self.node.is_writer and plan.resume_from
+            ):  # other nodes get rank 0's with the weights
+                shared_state.restore_or_warn(state, plan.optimizer_state, plan.resume_from)
+            shared_state.share(state)
+            preflight.check_fds(plan.num_shared + len(shared_state.tensors(state)), self.cfg)
+        control = Control(self.cfg.num_workers)
+        if plan.progress is not None:
+            control.progress.copy_(plan.progress)
+        return task, control, state
+
     def _announce(self) -> None:
         c = self.cfg
         log.info(
@@ -186,43 +245,20 @@ class Trainer:
         )
 
 
-def share(t: Trainer, plan: preflight.Plan):
-    """The run's tensors into shared memory (or onto the GPU): the model (in the plan's layout),
-    the workload's tensors, the shared optimizer state if any, and the control block."""
-    sharing.set_sharing_strategy(t.cfg.sharing_strategy)
-    t.model.to(plan.device)
-    if plan.layout.channels_last:  # 4-D weights only; the shared data is laid out to match, once
-        t.model.to(memory_format=torch.channels_last)
-    t.model.zero_grad(set_to_none=True)  # each worker allocates its own grads
-    t.model.share_memory()  # CUDA tensors need no move: they are shared through CUDA IPC
-    task = t.workload.task(plan.device if plan.data_on_device else torch.device("cpu"), plan.layout)
-    state: shared_state.State = []
-    if t.shared_optimizer:  # built on the device, in the layout, the workers' parameters have
-        state = shared_state.build(t.optimizer_factory, list(t.model.parameters()))
-        if t.node.is_writer and plan.resume_from:  # other nodes receive rank 0's with the weights
-            shared_state.restore_or_warn(state, plan.optimizer_state, plan.resume_from)
-        shared_state.share(state)
-        preflight.check_fds(plan.num_shared + len(shared_state.tensors(state)), t.cfg)
-    control = Control(t.cfg.num_workers)
-    if plan.progress is not None:
-        control.progress.copy_(plan.progress)
-    return task, control, state
-
-
-def worker_spec(t: Trainer, plan: preflight.Plan, task) -> WorkerSpec:
-    c = t.cfg
+def worker_spec(ctx: RunContext, task) -> WorkerSpec:
+    c = ctx.cfg
     return WorkerSpec(
         num_workers=c.num_workers,
         seed=c.seed,
         threads=c.threads_per_worker,
         sharing_strategy=c.sharing_strategy,
-        device=str(plan.device),
+        device=str(ctx.plan.device),
         log_every_n_steps=c.log_every_n_steps,
-        optimizer_factory=t.optimizer_factory,
+        optimizer_factory=ctx.optimizer_factory,
         skip_nonfinite=c.skip_nonfinite,
-        schedule=t.schedule,
-        total_units=t.workload.total_units,
+        schedule=ctx.schedule,
+        total_units=ctx.workload.total_units,
         orchestrator_pid=os.getpid(),
         task=task,
-        stack_dir=t.stack_dir,
+        stack_dir=ctx.stack_dir,
     )

@@ -13,12 +13,13 @@ supervised workload does, rather than on a local copy synced before each rollout
 gradients are handed to the shared model. Gradients are process-local either way (the
 orchestrator shares the model with `grad=None`, so each worker allocates its own). The
 orchestrator evaluates the greedy policy every `eval_every_env_steps` and stops the run as
-solved (hogwild.run.evaluation.PolicyEvaluator).
+solved (`PolicyEvaluator`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,8 +30,9 @@ import torch.nn.functional as F
 
 from hogwild.config.schema import A3CConfig
 from hogwild.errors import ConfigError
-from hogwild.run.evaluation import PolicyEvaluator
 from hogwild.workloads import envs
+
+log = logging.getLogger("hogwild")
 
 
 @dataclasses.dataclass
@@ -211,3 +213,79 @@ class A3CWorkload:
             self.stop_at_return,
             self.started_at,
         )
+
+
+class PolicyEvaluator:
+    """The greedy policy of the shared model on `episodes` episodes of its own environment,
+    every `every` environment steps (all workers together), while the workers go on. The first
+    evaluation whose mean return reaches `stop_at` solves the task: `goal()` then tells the run
+    loop to stop the workers. `None` for `stop_at`: the run ends at its budget only."""
+
+    idle_cores = False  # its `goal` ends the run: evaluated in the run loop, on time
+
+    def __init__(
+        self,
+        env_factory: Callable[[], Any],
+        seed: int,
+        every: int,
+        episodes: int,
+        stop_at: float | None,
+        started_at: float,
+    ):
+        self.env_factory, self.seed, self.every, self.episodes = env_factory, seed, every, episodes
+        self.stop_at, self.started_at = stop_at, started_at
+        self.env = None  # made at the first evaluation, in this process
+        self.next_at: int | None = None  # set by the first `due`: a resumed run counts from there
+        self.last: float | None = None
+        self.best: float | None = None
+        self.evaluations = 0
+        self.solved_after: float | None = None  # seconds from the start of the run
+        self.units = 0  # env steps when the latest evaluation was due
+        self.solved_at_units: int | None = None
+
+    def due(self, epochs_complete: int, units: int) -> str | None:
+        if self.next_at is None:
+            self.next_at = units + self.every
+        if units < self.next_at:
+            return None
+        self.next_at, self.units = units + self.every, units
+        return f"{units:,} env steps"
+
+    def evaluate(self, model: torch.nn.Module, label: str) -> dict[str, float]:
+        self.env = self.env or self.env_factory()
+        returns = envs.play_greedy(model, self.env, self.episodes, self.seed)
+        mean = sum(returns) / len(returns)
+        self.last, self.evaluations = mean, self.evaluations + 1
+        self.best = mean if self.best is None else max(self.best, mean)
+        if self.solved_after is None and self.stop_at is not None and mean >= self.stop_at:
+            self.solved_after = time.time() - self.started_at
+            self.solved_at_units = self.units
+        solved = f" >= {self.stop_at:g}: solved" if self.solved_after is not None else ""
+        log.info(
+            "%s: greedy return %.1f (min %.1f) over %d episodes%s",
+            label,
+            mean,
+            min(returns),
+            len(returns),
+            solved,
+        )
+        return {"eval/return": mean, "eval/return_min": min(returns)}
+
+    def needs_final(self, completed: bool, weights_changed: bool) -> bool:
+        return self.solved_after is None  # a solved run keeps the evaluation that solved it
+
+    def results(self) -> dict[str, Any]:
+        return {
+            "eval_return": self.last,
+            "best_eval_return": self.best,
+            "evaluations": self.evaluations,
+            "stop_at_return": self.stop_at,
+            "solved": self.solved_after is not None,
+            "seconds_to_solve": None if self.solved_after is None else round(self.solved_after, 2),
+            "env_steps_to_solve": self.solved_at_units,
+        }
+
+    def goal(self) -> str | None:
+        if self.solved_after is None:
+            return None
+        return f"solved: greedy return {self.last:.1f} >= {self.stop_at:g}"

@@ -14,25 +14,36 @@ worker's `hogwild.worker.main.WorkerContext`:
 Everything else (processes, sharing, signals, checkpoints, metrics, torchrun) is the
 framework's and does not change with the workload. Supervised training on in-memory tensors
 (hogwild.workloads.supervised) is the first implementation; A3C on gymnasium environments
-(hogwild.workloads.a3c) the second. A workload may also set `shared_optimizer = True` to make
-one shared optimizer state its default (hogwild.optim.shared_state), as A3C does.
+(hogwild.workloads.a3c) the second.
+
+The three seams are `typing.runtime_checkable` Protocols: `isinstance(obj, Workload)` tells a
+workload from a data set (it checks that every member is there, not their signatures). Two
+members are optional, so they are not in the Protocol: `shared_optimizer = True` makes one
+shared optimizer state a workload's default (hogwild.optim.shared_state), as A3C does; and
+`finished(progress) -> bool`, whether a checkpoint's progress table leaves nothing to do (a
+workload without it is never judged finished on resume), as the supervised workload has.
+`NullEvaluator` is the evaluator of nodes that do not evaluate (torchrun's ranks but 0).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 
+@runtime_checkable
 class Task(Protocol):
     """The worker half: pickled once into every worker process."""
 
     def run(self, ctx: Any) -> None: ...
 
 
+@runtime_checkable
 class Evaluator(Protocol):
     """Judges the shared model from the orchestrator, while the workers go on."""
+
+    idle_cores: bool  # may run on the cores the workers leave idle (hogwild.run.idle_evaluation)
 
     def due(self, epochs_complete: int, units: int) -> str | None:
         """A label ('epoch 3/10') when an evaluation is due, else None."""
@@ -50,7 +61,10 @@ class Evaluator(Protocol):
         """Why the run may stop now (a task solved), else None."""
 
 
+@runtime_checkable
 class Workload(Protocol):
+    """The orchestrator half: kept by the orchestrator, which shares, evaluates and reports."""
+
     name: str  # what is trained on: the start line and the dashboards
     unit: str  # what the progress counts: "samples", "env steps"
     total_units: int  # in the whole run: the progress bar's end and the lr schedule's 100%
@@ -61,10 +75,6 @@ class Workload(Protocol):
     def facts(self) -> dict[str, Any]:
         """What a resumed run (and every torchrun node) must agree on."""
 
-    def finished(self, progress: torch.Tensor) -> bool:
-        """Whether a checkpoint's progress table leaves nothing to do (optional: a workload
-        without it is never judged finished on resume)."""
-
     def host_tensors(self) -> list[torch.Tensor]:
         """Tensors the workers read from shared memory (for the /dev/shm and fd checks)."""
 
@@ -74,4 +84,27 @@ class Workload(Protocol):
     def task(self, home: torch.device, layout: Any) -> Task:
         """Share what the workers need (on `home`, in `layout`) and return the worker half."""
 
-    def evaluator(self, device: torch.device, layout: Any, batch_size: int) -> Evaluator: ...
+    def evaluator(self, device: torch.device, layout: Any, batch_size: int) -> Evaluator:
+        """The orchestrator's judge of the shared model (on `device`, batches of `batch_size`)."""
+
+
+class NullEvaluator:
+    """Evaluates nothing: the evaluator of nodes other than torchrun's rank 0, whose cores go
+    to their workers."""
+
+    idle_cores = False
+
+    def due(self, epochs_complete: int, units: int) -> str | None:
+        return None
+
+    def evaluate(self, model: torch.nn.Module, label: str) -> dict[str, float]:
+        return {}
+
+    def needs_final(self, completed: bool, weights_changed: bool) -> bool:
+        return False
+
+    def results(self) -> dict[str, Any]:
+        return {}
+
+    def goal(self) -> str | None:
+        return None

@@ -4,12 +4,13 @@ The training split goes to shared memory once (or to the GPU); each epoch is one
 it, seeded by (seed, epoch) only, cut into disjoint shards, one per rank, so that
 `trainer.epochs=1` uses every sample once in total, not once per worker. A worker reads its
 batches straight out of the shared tensors with index_select. The orchestrator evaluates the
-shared model on the test split after every epoch (hogwild.run.evaluation).
+shared model on the test split after every epoch (`SupervisedEvaluator`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -21,8 +22,9 @@ from hogwild.errors import ConfigError
 from hogwild.process import sharing
 from hogwild.protocol import Control
 from hogwild.reporting.text import plural
-from hogwild.run.evaluation import SupervisedEvaluator
 from hogwild.workloads.device import HostBatches, Layout
+
+log = logging.getLogger("hogwild")
 
 
 def epoch_permutation(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
@@ -135,3 +137,88 @@ class SupervisedWorkload:
             batch_size,
             self.epochs,
         )
+
+
+class SupervisedEvaluator:
+    """The test split, scored by the orchestrator while the workers go on: after every epoch
+    (the first moment every rank has finished its shard of it), the last epoch once the workers
+    have exited (the orchestrator then has every core, and never evaluates the same weights
+    twice), and an interrupted run's weights at the end. Test loss and accuracy for
+    classification, test MSE and RMSE for regression. It decides for itself when it is due; the
+    run loop only asks (`due`), as torchtitan's validator does."""
+
+    idle_cores = True  # may run on the cores the workers leave idle (hogwild.run.idle_evaluation)
+
+    def __init__(
+        self,
+        test_x: torch.Tensor,
+        test_y: torch.Tensor,
+        loss_fn: Callable[..., torch.Tensor],
+        regression: bool,
+        device: torch.device,
+        layout: Callable[[torch.Tensor], torch.Tensor],
+        batch_size: int,
+        epochs: int,
+    ):
+        self.x, self.y, self.loss_fn, self.regression = test_x, test_y, loss_fn, regression
+        self.device, self.layout, self.batch_size, self.epochs = device, layout, batch_size, epochs
+        self.evaluated_epochs: int | None = (
+            None  # set by the first `due` to the epochs done at the start
+        )
+        self.last: tuple[float, float] | None = (
+            None  # (loss, accuracy or RMSE) of the latest evaluation
+        )
+        self.last_label: str | None = None
+        self.epochs_complete = 0
+
+    def due(self, epochs_complete: int, units: int) -> str | None:
+        if self.evaluated_epochs is None:  # a resumed run does not evaluate the epochs it inherited
+            self.evaluated_epochs = epochs_complete
+        self.epochs_complete = epochs_complete
+        if epochs_complete <= self.evaluated_epochs or epochs_complete >= self.epochs:
+            return None  # the last epoch: at the end (`needs_final`)
+        self.evaluated_epochs = epochs_complete
+        return f"epoch {epochs_complete}/{self.epochs}"
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, label: str) -> dict[str, float]:
+        if label == "final" and self.epochs_complete >= self.epochs:
+            label = f"epoch {self.epochs}/{self.epochs}"  # what a completed run's last line says
+        was_training = model.training
+        model.eval()
+        loss_sum, correct, n = 0.0, 0, self.x.shape[0]
+        try:
+            for i in range(0, n, self.batch_size):
+                x = self.layout(self.x[i : i + self.batch_size].to(self.device))
+                y = self.y[i : i + self.batch_size].to(self.device)
+                out = model(x)
+                loss_sum += float(self.loss_fn(out, y, reduction="sum"))
+                if not self.regression:
+                    correct += int((out.argmax(1) == y).sum())
+        finally:
+            model.train(was_training)
+        loss = loss_sum / n
+        self.last, self.last_label = (loss, loss**0.5 if self.regression else correct / n), label
+        if self.regression:
+            log.info("%s: test loss %.4f, test RMSE %.4f", label, *self.last)
+            return {"eval/loss": loss, "eval/rmse": self.last[1]}
+        log.info("%s: test loss %.4f, test accuracy %.2f%%", label, loss, 100 * self.last[1])
+        return {"eval/loss": loss, "eval/accuracy": self.last[1]}
+
+    def needs_final(self, completed: bool, weights_changed: bool) -> bool:
+        # the last epoch's evaluation waits for this call (see `due`); only a run whose
+        # final weights were scored already skips it
+        seen = completed and self.last is not None and self.evaluated_epochs == self.epochs
+        return weights_changed or not seen
+
+    def results(self) -> dict[str, Any]:
+        loss, score = self.last or (None, None)
+        return {
+            "test_loss": loss,
+            "task": "regression" if self.regression else "classification",
+            "test_accuracy": None if self.regression else score,
+            "test_rmse": score if self.regression else None,
+        }
+
+    def goal(self) -> str | None:
+        return None  # supervised runs end when every epoch is done

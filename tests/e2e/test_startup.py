@@ -95,34 +95,34 @@ def test_a_fork_server_started_ahead_of_the_config_is_stopped_when_it_picks_spaw
 BOOT = textwrap.dedent(
     """
     import os, sys
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver as mp_forkserver
     import psutil
-    from hogwild.process import forkserver
+    from hogwild.process.forkserver import ServerAhead
 
     def server():
-        return forkserver._forkserver._forkserver_pid
+        return mp_forkserver._forkserver._forkserver_pid
 
     def gone(pid):
         return not psutil.pid_exists(pid)  # killed and reaped, not a zombie
 
-    forkserver.fork_server_ahead()
-    ahead = server()
-    assert ahead and psutil.Process(ahead).ppid() == os.getpid()
+    ahead = ServerAhead.start()
+    first = server()
+    assert first and psutil.Process(first).ppid() == os.getpid()
     case = sys.argv[1]
     if case == "spawn":  # the config picks another start method
-        forkserver.fork_server("spawn")
-        assert server() is None and gone(ahead)
+        ahead.settle("spawn")
+        assert server() is None and gone(first)
     elif case == "env":  # the job sets what workers must see (hydra.job.env_set)
         os.environ["HOGWILD_TEST_JOB_ENV"] = "1"
-        forkserver.fork_server("forkserver")
-        assert server() not in (None, ahead) and gone(ahead)
+        ahead.settle("forkserver")
+        assert server() not in (None, first) and gone(first)
     elif case == "kept":  # the config says forkserver: the same server, and it stays
-        forkserver.fork_server("forkserver")
-        forkserver.stop_unused_server()
-        assert server() == ahead and not gone(ahead)
+        ahead.settle("forkserver")
+        ahead.stop_unless_kept()
+        assert server() == first and not gone(first)
     elif case == "refused":  # no config kept it
-        forkserver.stop_unused_server()
-        assert server() is None and gone(ahead)
+        ahead.stop_unless_kept()
+        assert server() is None and gone(first)
     print("ok")
     """
 )

@@ -17,11 +17,10 @@ from hogwild.errors import ConfigError
 from hogwild.models import ActorCritic
 from hogwild.optim import shared_state
 from hogwild.protocol import Control, Scalars, WorkerSpec
-from hogwild.run.evaluation import PolicyEvaluator
-from hogwild.run.summary import _result_rows
+from hogwild.run.summary import result_rows
 from hogwild.worker.main import WorkerContext
 from hogwild.workloads import envs
-from hogwild.workloads.a3c import A3CTask, A3CWorkload, Episodes
+from hogwild.workloads.a3c import A3CTask, A3CWorkload, Episodes, PolicyEvaluator
 
 from support import run_config
 
@@ -259,11 +258,11 @@ def test_stop_at_return_defaults_to_the_environments_reward_threshold():
 def test_the_console_report_says_whether_and_when_it_solved():
     s = {"solved": True, "seconds_to_solve": 61.24, "stop_at_return": 475.0, "eval_return": 488.2,
          "env_steps": 123456, "env_steps_per_second": 4000.0}  # fmt: skip
-    rows = dict(_result_rows(s))
+    rows = dict(result_rows(s))
     assert rows["solved"] == "yes, 61.2 s after the start (return >= 475)"
     assert rows["eval return"].startswith("488.2") and rows["env steps"].startswith("123,456")
     s.update(solved=False, seconds_to_solve=None, eval_return=None, env_steps_per_second=None)
-    rows = dict(_result_rows(s))
+    rows = dict(result_rows(s))
     assert rows["solved"] == "no (return 475 not reached)" and rows["eval return"].startswith("n/a")
 
 

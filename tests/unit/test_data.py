@@ -485,10 +485,10 @@ def test_digits_reads_the_same_data_as_scikit_learn_without_importing_it(monkeyp
 
     from hogwild.data import digits
 
-    pixels, labels = digits._read()
+    pixels, labels = digits.read_arrays()
     bunch = sk_load_digits()
     assert (pixels == bunch.data).all() and (labels == bunch.target).all()
     # where the file is not found, scikit-learn's own loader gives the same
     monkeypatch.setattr(digits.os.path, "isfile", lambda path: False)
-    again, again_labels = digits._read()
+    again, again_labels = digits.read_arrays()
     assert (again == pixels).all() and (again_labels == labels).all()

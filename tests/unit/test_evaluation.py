@@ -9,11 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hogwild.config.schema import TrainerConfig
-from hogwild.errors import ConfigError
-from hogwild.run import evaluation, preflight
-from hogwild.run.evaluation import SupervisedEvaluator
+from hogwild.run import evaluation
 from hogwild.workloads.device import Layout
+from hogwild.workloads.supervised import SupervisedEvaluator
 
 
 def evaluator(epochs=3):
@@ -51,32 +49,18 @@ def threads(monkeypatch):
     """torch.set_num_threads recorded, not applied: this process forks in other tests."""
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
-    monkeypatch.setattr(evaluation, "widened", 0)
-    monkeypatch.setattr(evaluation, "last_run_in_process", True)  # the CLI's one job
     monkeypatch.setattr(evaluation, "usable_cores", lambda: 3)
     return calls
 
 
-def test_the_final_evaluation_uses_every_core_unless_workers_fork_from_here(threads, monkeypatch):
-    with evaluation.every_core("fork"):
+def test_the_final_evaluation_uses_every_core_unless_workers_fork_from_here(threads):
+    with evaluation.every_core("fork", may_widen=True):
         pass
-    assert threads == [] and not evaluation.widened
-    monkeypatch.setattr(evaluation, "last_run_in_process", False)  # a sweep, the Python API
-    with evaluation.every_core("forkserver"):
+    assert threads == []
+    with evaluation.every_core("forkserver", may_widen=False):  # a sweep, the Python API
         pass
-    assert threads == [] and not evaluation.widened
-    monkeypatch.setattr(evaluation, "last_run_in_process", True)
+    assert threads == []
     before = torch.get_num_threads()
-    with evaluation.every_core("forkserver"):
+    with evaluation.every_core("forkserver", may_widen=True):  # the CLI's one job
         assert threads == [3]
-    assert threads == [3, before] and evaluation.widened == 3
-
-
-def test_after_a_wide_evaluation_fork_with_several_threads_per_worker_is_refused(threads):
-    cfg = TrainerConfig(start_method="fork", threads_per_worker=2)
-    if torch.get_num_threads() == 1:
-        preflight.check_threads(cfg)  # a pool that never ran wide: fine
-    with evaluation.every_core("spawn"):
-        pass
-    with pytest.raises(ConfigError, match="has run 3 intra-op threads"):
-        preflight.check_threads(cfg)
+    assert threads == [3, before]

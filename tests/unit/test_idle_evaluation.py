@@ -4,12 +4,13 @@ they were due, at once where a core is idle, after `wait_seconds` or the workers
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from hogwild.run import idle_evaluation
-from hogwild.run.idle_evaluation import IdleEvaluations, runnable_threads
+from hogwild.run.idle_evaluation import EvaluationScheduler, IdleEvaluations, runnable_threads
 from tests.support import wait_until
 
 
@@ -153,71 +154,54 @@ def test_the_kernels_runnable_count_includes_this_thread():
     assert runnable_threads() >= 1
 
 
-class Signals:
-    def __init__(self, pending):
-        self.pending = list(pending)
+def finishing(seen_interrupt=False):
+    """A scheduler whose workers have exited, with three evaluations waiting (the first
+    blocked in the thread until `gate` is set)."""
+    import contextlib
 
-    def drain(self):
-        out, self.pending = self.pending, []
-        return out
-
-
-def finishing_loop(status: str, signals=(), force=False):
-    """What idle_evaluation.drain_queue reads of a run loop whose workers have exited, with
-    three evaluations waiting (the first blocked in the thread until `gate` is set)."""
-    from types import SimpleNamespace
-
-    from hogwild.run.state import RunState
+    from hogwild.reporting.timeline import Timeline
 
     seen, gate = [], threading.Event()
-    idle = IdleEvaluations(recorder(seen, gate), wait_seconds=0, runnable=busy(2), cores=2)
+    evaluator = SimpleNamespace(idle_cores=True, evaluate=recorder(seen, gate))
+    scheduler = EvaluationScheduler(evaluator, model_with(0.0), Timeline(0.0), wait_seconds=0)
+    idle = scheduler.idle = IdleEvaluations(
+        evaluator.evaluate, wait_seconds=0, runnable=busy(2), cores=2
+    )
     for i in range(3):
         idle.submit(model_with(float(i)), f"epoch {i + 1}/4", i)
     assert wait_until(lambda: idle.busy, timeout=30)
-    state = RunState(2, [0, 0], "fail", 0, 1.0, 0.0)
-    state.status, state.force = status, force
-    charted = []
-    loop = SimpleNamespace(
-        idle=idle,
-        state=state,
-        signals=Signals(signals),
-        t=SimpleNamespace(cfg=SimpleNamespace(start_method="fork")),
-        sinks=SimpleNamespace(scalars=lambda values, step: charted.append(step)),
-    )
     threading.Timer(0.2, gate.set).start()
-    return loop, seen, charted
+    return scheduler, seen, contextlib.nullcontext()
 
 
-def test_after_the_workers_every_waiting_evaluation_runs_and_is_charted():
-    loop, seen, charted = finishing_loop("completed")
-    assert idle_evaluation.drain_queue(loop) is False  # the final evaluation runs
+def test_after_the_workers_every_waiting_evaluation_runs_and_is_returned_in_order():
+    scheduler, seen, every_core = finishing()
+    drained = scheduler.drain(lambda: False, skip=False, every_core=every_core)
     assert [label for label, _ in seen] == ["epoch 1/4", "epoch 2/4", "epoch 3/4"]
-    assert charted == [0, 1, 2]
+    assert [units for units, _ in drained.scored] == [0, 1, 2] and drained.dropped == 0
+    assert scheduler.timeline.phases["queued_evaluations"][2] == 1
 
 
-def test_a_signal_after_a_completed_run_drops_the_queue_but_not_the_final_evaluation(caplog):
-    loop, seen, _ = finishing_loop("completed", signals=[2])
-    assert idle_evaluation.drain_queue(loop) is False
-    assert [label for label, _ in seen] == ["epoch 1/4"]
-    assert "2 queued evaluation(s) of earlier epochs dropped" in caplog.text
+def test_a_signal_during_the_drain_drops_those_not_started():
+    scheduler, seen, every_core = finishing()
+    drained = scheduler.drain(lambda: True, skip=False, every_core=every_core)
+    assert [label for label, _ in seen] == ["epoch 1/4"] and drained.dropped == 2
 
 
-def test_a_second_signal_in_an_interrupted_runs_drain_skips_the_final_evaluation():
-    loop, seen, _ = finishing_loop("interrupted", signals=[2])
-    assert idle_evaluation.drain_queue(loop) is True
-    loop, seen, _ = finishing_loop("interrupted", force=True)  # the second came before
-    assert idle_evaluation.drain_queue(loop) is True
+def test_a_skipped_drain_runs_nothing_more_and_ends_the_thread():
+    scheduler, seen, every_core = finishing()  # a second signal came before the drain
+    drained = scheduler.drain(lambda: False, skip=True, every_core=every_core)
     assert [label for label, _ in seen] == ["epoch 1/4"]  # the one running ended first
-    assert not loop.idle.thread.is_alive()
+    assert drained.dropped == 2 and not scheduler.idle.thread.is_alive()
 
 
-def test_an_evaluation_that_raises_in_the_drain_fails_the_run_without_blaming_a_signal(caplog):
-    loop, _, _ = finishing_loop("completed")
+def test_an_evaluation_that_raises_in_the_drain_is_returned_to_be_raised_by_the_loop():
+    scheduler, _, every_core = finishing()
 
     def fails(model, label):
         raise ValueError("no test split")
 
-    loop.idle.evaluate = fails  # the two still waiting raise
-    assert idle_evaluation.drain_queue(loop) is False
-    assert loop.state.status == "failed" and "no test split" in loop.state.failure.reason
-    assert "signal" not in caplog.text
+    scheduler.idle.evaluate = fails  # the two still waiting raise
+    drained = scheduler.drain(lambda: False, skip=False, every_core=every_core)
+    outcomes = [outcome for _, outcome in drained.scored]
+    assert isinstance(outcomes[-1], ValueError) and drained.dropped == 0

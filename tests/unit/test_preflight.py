@@ -237,6 +237,6 @@ def test_every_shipped_optimizer_is_checked_without_a_parameter_group(name):
     values = compose([f"optimizer={name}"])["optimizer"]
     values.pop("shared", None)
     factory = build_optimizer_factory(values)
-    assert preflight._checks_arguments_first(factory, factory.keywords)
+    assert preflight.checks_arguments_first(factory, factory.keywords)
     with pytest.raises(ValueError, match=preflight.EMPTY_PARAMETERS):
         factory([])

@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from hogwild.reporting import timeline
+from hogwild.reporting.timeline import Timeline
 
 
 def test_the_breakdown_lists_phases_in_order_and_adds_up_to_the_wall_clock(monkeypatch):
     clock = iter([10.0, 10.5, 11.0, 11.2, 12.0, 20.0, 20.3, 21.0, 21.4]).__next__
     monkeypatch.setattr(time, "time", clock)
-    timeline.begin(9.0, {"python_and_imports": 0.6, "config": 0.3})
+    timeline = Timeline(9.0, {"python_and_imports": 0.6, "config": 0.3})
     with timeline.phase("data_and_model"):  # 10.0 -> 10.5
         pass
     with timeline.phase("checks"):  # 11.0 -> 11.2
@@ -37,11 +37,10 @@ def test_the_breakdown_lists_phases_in_order_and_adds_up_to_the_wall_clock(monke
     assert out["during_training"] == {"evaluations": {"seconds": 0.7, "count": 1}}
 
 
-def test_a_run_that_never_stepped_has_no_training_and_begin_starts_afresh():
-    timeline.begin(time.time())
+def test_a_run_that_never_stepped_has_no_training_and_each_job_starts_afresh():
+    timeline = Timeline(time.time())
     timeline.add("checks", 0.2)
     out = timeline.breakdown(wall_seconds=1.0, first_step=None, last_step=None)
     assert "training" not in out and out["checks"] == 0.2 and out["other"] == pytest.approx(0.8)
     assert out["fixed_total"] == 1.0 and out["during_training"] == {}
-    timeline.begin(time.time())
-    assert timeline.started() and "checks" not in timeline.breakdown(0.0, None, None)
+    assert "checks" not in Timeline(time.time()).breakdown(0.0, None, None)  # a sweep's next job

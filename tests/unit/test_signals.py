@@ -30,7 +30,7 @@ def test_a_signal_before_the_run_raises_interrupted_in_the_main_thread(installed
     # torch's own threads predate install() and would take a process-directed signal, and
     # CPython notices a signal taken by a thread it does not run only once the main thread
     # next waits (here: when the 30 s loop below ends, just inside or outside pytest.raises).
-    signal.pthread_kill(signals._RECEIVER.thread.ident, signal.SIGINT)
+    signal.pthread_kill(signals.receiver().thread.ident, signal.SIGINT)
     with pytest.raises(signals.Interrupted) as info:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the main thread runs Python: it is raised here
@@ -70,8 +70,8 @@ def test_a_signal_while_a_child_starts_is_acted_on_once_it_is_out(installed):
         with signals.born_deaf():
             # to the receiver thread itself: a thread that predates install() (this test
             # process has torch's) would drop it now, while Ctrl-C is ignored for the child
-            signal.pthread_kill(signals._RECEIVER.thread.ident, signal.SIGINT)
-            assert wait_until(lambda: signals._RECEIVER.deferred, 30)
+            signal.pthread_kill(signals.receiver().thread.ident, signal.SIGINT)
+            assert wait_until(lambda: signals.receiver().deferred, 30)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # as the tracker does
     assert set(signals.SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
 
@@ -95,9 +95,9 @@ def test_a_fork_server_whose_orchestrator_died_before_its_guard_exits_at_once(mo
     monkeypatch.setattr(os, "_exit", exit_)
     monkeypatch.setenv(server_guard.PARENT_ENV, str(finished.pid))
     with pytest.raises(Exited):
-        server_guard._guard()
+        server_guard.guard()
     assert server_guard.PARENT_ENV not in os.environ  # its workers do not inherit the mark
     # marked by a live process that is not its parent (a wrapper executable): no guard, no exit
     monkeypatch.setenv(server_guard.PARENT_ENV, str(os.getpid()))
-    server_guard._guard()
-    server_guard._guard()  # unmarked (any process but that fork server): nothing happens
+    server_guard.guard()
+    server_guard.guard()  # unmarked (any process but that fork server): nothing happens
