@@ -18,8 +18,9 @@ every step costs about what reporting every hundred does, and the orchestrator s
 nothing happens. Messages are rare and small: NamedTuples of Python scalars and strings (a
 tensor put on a pipe would be copied into a new shared-memory segment).
 
-Shutdown (owned by ``supervisor.Supervisor.stop``): set ``Control.stop`` -> workers finish their
-step and send ``Done`` -> after a grace period SIGTERM -> SIGKILL -> join. A worker that dies
+Shutdown (the run loop raises ``Control.stop``, hogwild.run.state decides when to escalate,
+``hogwild.run.supervisor.Supervisor.terminate`` ends it): workers finish their step and send
+``Done`` -> after a grace period SIGTERM -> SIGKILL -> join. A worker that dies
 without ``Done`` is a failure: its ``Failure`` traceback when it managed to send one, otherwise
 its exit code or the signal that killed it.
 """

@@ -63,7 +63,7 @@ def run_job(cfg, setup, ahead, finished: list, started_at: float | None = None) 
         raise
     finished.append(trainer)  # its shared tensors live until the process exits
     try:
-        return _report(trainer)
+        return _print_report(trainer)
     except Interrupted:  # after summary.json: the run's exit code stands
         return trainer.summary.exit_code
 
@@ -196,7 +196,7 @@ def _tag_log_lines(tag: str) -> None:
         handler.addFilter(Tag())
 
 
-def _report(trainer) -> int:
+def _print_report(trainer) -> int:
     """The few lines a user reads at the end of a run (rank 0's; the other nodes say one)."""
     node = trainer.node
     summary = trainer.summary
@@ -206,7 +206,7 @@ def _report(trainer) -> int:
             f"({summary.samples_per_second or 0:,.0f}/s); rank 0 writes the run's files"
         )
         return summary.exit_code
-    failure, lines = summary.report(trainer.output_dir)
+    failure, lines = summary.console_lines(trainer.output_dir)
     if failure:
         print(failure, file=sys.stderr)
     try:

@@ -215,15 +215,15 @@ class NodeSync:
             ) from None
 
     def figures(self, mine: dict[str, Any]) -> dict[str, Any]:
-        """The summary's `distributed` section (`report`)."""
-        return report(self, mine)
+        """The summary's `distributed` section (`all_nodes_figures`)."""
+        return all_nodes_figures(self, mine)
 
     def close(self) -> None:
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
 
 
-def report(node: NodeSync, mine: dict[str, Any]) -> dict[str, Any]:
+def all_nodes_figures(node: NodeSync, mine: dict[str, Any]) -> dict[str, Any]:
     """The summary's `distributed` section; every node's figures when all got through."""
     avg = node.averaging
     sync = avg.figures() if avg else {}

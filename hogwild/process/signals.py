@@ -201,15 +201,14 @@ def installed() -> bool:
 
 class SignalRelay:
     """While open, signals become events for the run loop instead of exceptions. Opened by the
-    Trainer just before the first worker starts, closed after summary.json is written."""
+    Trainer just before the first worker starts, closed after summary.json is written; the
+    signals were taken by whoever set the run up (`install`: the CLI, or Trainer.fit)."""
 
     def __init__(self):
         self.pending: list[int] = []
-        self.saved: dict[str, Any] = {}
         self.receiver: Receiver | None = None
 
     def __enter__(self) -> SignalRelay:
-        self.saved = install()  # the Python API without the CLI: for this run only
         self.receiver = receiver()
         if self.receiver is not None:  # None outside the main thread: the caller owns signals
             self.receiver.open(self)
@@ -218,7 +217,6 @@ class SignalRelay:
     def __exit__(self, *exc) -> None:
         if self.receiver is not None:
             self.receiver.close(self)
-        restore(self.saved)
 
     def drain(self) -> list[int]:
         out, self.pending[:] = list(self.pending), []

@@ -71,7 +71,7 @@ class Summary:
                 os.unlink(tmp)
             raise
 
-    def report(self, output_dir: str) -> tuple[str | None, list[str]]:
+    def console_lines(self, output_dir: str) -> tuple[str | None, list[str]]:
         """(the failure line for stderr or None, the lines for stdout): results and where
         everything is."""
         s = self.to_dict()

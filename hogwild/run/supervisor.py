@@ -82,7 +82,7 @@ class Supervisor:
             proc.kill()
 
     def stack(self, rank: int, folder: str, wait_seconds: float = 2.0) -> str:
-        """Ask a worker for its Python stack (SIGUSR1, hogwild.worker.main) and wait for it."""
+        """Ask a worker for its Python stack (SIGUSR1, handled by hogwild.worker.setup) and wait for it."""
         proc = self.procs.get(rank)
         if proc is None or proc.pid is None:
             return "(the process is gone)"

@@ -1,20 +1,9 @@
-"""The orchestrator: the run as a recipe, and the owner of every side effect.
+"""The orchestrator: the run as a recipe (set up, prepare, share, start, watch, finish; drawn
+with the modules behind each step in docs/design.md), and the owner of every side effect.
 
-    set up     the run folder claimed, signals taken, the fork server booted (the CLI hands
-               its own set-up in: hogwild.run.context.RunSetup)
-    prepare    hogwild.run.preflight: everything that can refuse the run, before anything is written
-    share      model.share_memory() (grads None), the workload's tensors, the control block;
-               from here the run is one frozen RunContext (hogwild.run.context)
-    start      N workers through a context of `trainer.start_method` (hogwild.run.supervisor)
-    watch      hogwild.run.loop: worker pipes + process sentinels -> hogwild.run.state ->
-               actions; the components that are due decide for themselves
-    finish     stop flag -> grace -> SIGTERM -> SIGKILL -> join; final evaluation, checkpoint,
-               summary.json (hogwild.run.summary)
-
-docs/design.md draws the same recipe with the modules behind each step.
-
-Usable without Hydra: build a model, a `DataSplits` (or any workload, hogwild.workloads) and an
-optimizer factory, then `Trainer(...).fit()`. The CLI does exactly that from the composed config.
+Usable without Hydra: build a model, a `DataSplits` (or any workload, hogwild.workloads.base)
+and an optimizer factory, then `Trainer(...).fit()`. The CLI does exactly that from the composed
+config, and hands in the job's set-up (hogwild.run.context.RunSetup).
 """
 
 from __future__ import annotations
@@ -101,23 +90,30 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         """Train to the end (or to a failure or interrupt); returns the summary it wrote."""
-        setup = self.setup or RunSetup.for_python_api(self.started_at)
-        # One run per folder (hogwild.run.folder); only the node that writes claims it. The
-        # CLI claimed it already, before torch's import, and handed the claim in.
-        own_claim = setup.claim is None and self.node.is_writer
-        claim = run_folder.Claim(self.output_dir) if own_claim else setup.claim
         stack_dir = tempfile.mkdtemp(prefix="hogwild-stacks-")  # hung workers' stacks
-        previous = signals.install()  # the Python API: from here (the CLI has done it already)
+        if self.setup is not None:  # the CLI's job: set up already, before torch's import
+            try:
+                return self._fit(self.setup, stack_dir)
+            finally:
+                shutil.rmtree(stack_dir, ignore_errors=True)
+        # The Python API: the run sets itself up, as the CLI does for a job. Signals from here;
+        # one run per folder (hogwild.run.folder), claimed by the node that writes; the fork
+        # server boots while pre-flight checks the run.
+        setup = RunSetup.for_python_api(self.started_at)
+        previous = signals.install()
         try:
-            with claim if own_claim else contextlib.nullcontext():
-                return self._fit(setup, claim, stack_dir)
+            if self.node.is_writer:
+                setup.claim = run_folder.Claim(self.output_dir)
+            with setup.claim or contextlib.nullcontext():
+                forkserver.fork_server(self.cfg.start_method)
+                if forkserver.needs_dynamo(self.cfg.start_method, self.shared_optimizer):
+                    forkserver.import_dynamo()
+                return self._fit(setup, stack_dir)
         finally:
             signals.restore(previous)
             shutil.rmtree(stack_dir, ignore_errors=True)
 
-    def _fit(
-        self, setup: RunSetup, claim: run_folder.Claim | None, stack_dir: str
-    ) -> dict[str, Any]:
+    def _fit(self, setup: RunSetup, stack_dir: str) -> dict[str, Any]:
         t_fit = time.monotonic()
         timeline = setup.timeline
         plan = self._prepare(timeline)
@@ -162,8 +158,10 @@ class Trainer:
             loop = RunLoop(ctx, supervisor, relay, t_fit)
             try:
                 self._announce()
-                if claim is not None:
-                    claim.started = True  # from here on the run's files are kept, whatever happens
+                if (
+                    setup.claim is not None
+                ):  # from here on the run's files are kept, whatever happens
+                    setup.claim.started = True
                 timeline.mark("launch")
                 for rank in range(self.cfg.num_workers):
                     supervisor.start(rank)
@@ -179,9 +177,6 @@ class Trainer:
 
     def _prepare(self, timeline: Timeline) -> preflight.Plan:
         """Everything that can refuse the run (hogwild.run.preflight), while the fork server boots."""
-        forkserver.fork_server(self.cfg.start_method)  # the CLI's is running already: kept
-        if forkserver.needs_dynamo(self.cfg.start_method, self.shared_optimizer):
-            forkserver.import_dynamo()
         with timeline.phase("checks"):
             plan = preflight.prepare(
                 self.cfg,

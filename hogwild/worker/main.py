@@ -40,7 +40,7 @@ def run_worker(rank: int, spec: WorkerSpec, model, control: Control, optimizer_s
     setup.dump_stack_on_request(spec.stack_dir, rank)
     torch.multiprocessing.set_sharing_strategy(spec.sharing_strategy)
     torch.set_num_threads(spec.threads)
-    heap.keep_freed_memory()  # every step reuses the last one's pages (hogwild/heap.py)
+    heap.keep_freed_memory()  # every step reuses the last one's pages (hogwild/worker/heap.py)
     torch.manual_seed(spec.seed + rank)
     # sparse gradients (nn.Embedding(sparse=True)) come from torch itself: an explicit opt-out of
     # the per-op invariant checks, which also keeps torch from warning about them in every worker

@@ -50,19 +50,19 @@ def test_non_finite_figures_are_null_never_a_bare_nan(tmp_path):
 
 def test_a_failed_run_reports_the_rank_and_reason_on_stderr(tmp_path):
     s = summary(status="failed", exit_code=1, error={"rank": 1, "reason": "killed by SIGKILL"})
-    failure, lines = s.report(str(tmp_path))
+    failure, lines = s.console_lines(str(tmp_path))
     assert failure == "hogwild: run failed: worker 1: killed by SIGKILL"
     assert lines[0] == "run failed"
     orchestrator = summary(
         status="failed", exit_code=1, error={"rank": -1, "reason": "node 1 is gone"}
     )
-    assert orchestrator.report(str(tmp_path))[0] == "hogwild: run failed: node 1 is gone"
+    assert orchestrator.console_lines(str(tmp_path))[0] == "hogwild: run failed: node 1 is gone"
 
 
 def test_the_report_says_where_everything_is(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.pt").write_bytes(b"x")
-    failure, lines = summary().report(str(tmp_path))
+    failure, lines = summary().console_lines(str(tmp_path))
     text = "\n".join(lines)
     assert failure is None and lines[0] == "run completed"
     assert "test accuracy  95.00%" in text and "8,000 (2 workers, fork, file_system)" in text
@@ -73,7 +73,7 @@ def test_a_regression_run_reports_its_rmse(tmp_path):
     s = summary(
         workload={"task": "regression", "test_loss": 0.1, "test_rmse": 0.316, "test_accuracy": None}
     )
-    assert "test RMSE      0.3160" in "\n".join(s.report(str(tmp_path))[1])
+    assert "test RMSE      0.3160" in "\n".join(s.console_lines(str(tmp_path))[1])
 
 
 @pytest.mark.parametrize("n, text", [(1, "1 worker"), (2, "2 workers"), (0, "0 workers")])
