@@ -208,13 +208,16 @@ class RunLoop:
         """The run after its workers: the evaluations still waiting for an idle core, the final
         evaluation and checkpoint (unless it failed), then the summary (written by rank 0 alone)."""
         st, ctx, timeline = self.state, self.ctx, self.ctx.setup.timeline
+        # the workers' weights are worth keeping; an evaluation that fails below (a bug in an
+        # evaluator, not in the weights) fails the run but does not lose its checkpoint
+        trained = st.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED)
         second_signal = self._drain_evaluations()
-        if st.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED):
+        if trained:
             if second_signal:  # the checkpoint and the summary, nothing that can wait
                 log.warning(
                     "second signal: no final evaluation; writing the checkpoint and summary"
                 )
-            elif self.evaluator.needs_final(
+            elif st.status is not RunStatus.FAILED and self.evaluator.needs_final(
                 st.status is RunStatus.COMPLETED, self.node.weights_change_at_end
             ):
                 with timeline.phase("final_evaluation"), self._every_core():
