@@ -25,7 +25,7 @@ from hogwild.protocol import Control
 from hogwild.reporting.timeline import Timeline
 from hogwild.run.folder import Claim
 from hogwild.run.preflight import Plan
-from hogwild.workloads.base import Workload
+from hogwild.workloads.base import Task, Workload
 
 
 @dataclasses.dataclass
@@ -46,6 +46,7 @@ class RunContext:
     cfg: TrainerConfig  # every `auto` resolved (the plan's)
     model: torch.nn.Module  # its parameters in shared memory (or on the GPU)
     workload: Workload
+    task: Task  # the workers' half of the workload, with the tensors it shared
     optimizer_factory: Callable[..., torch.optim.Optimizer]
     plan: Plan
     control: Control  # the shared control block: stop flag, progress table, staleness

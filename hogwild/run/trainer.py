@@ -124,6 +124,7 @@ class Trainer:
             cfg=plan.trainer,
             model=self.model,
             workload=self.workload,
+            task=task,
             optimizer_factory=self.optimizer_factory,
             plan=plan,
             control=control,
@@ -146,7 +147,7 @@ class Trainer:
                 *shared_state.tensors(optimizer_state),
             ]
         )
-        spec = worker_spec(ctx, task)
+        spec = worker_spec(ctx)
         # The model and the task's tensors are referenced here until the supervisor has joined
         # every worker (the finally below): a CUDA producer must outlive the consumers of its tensors.
         supervisor = Supervisor(
@@ -240,7 +241,7 @@ class Trainer:
         )
 
 
-def worker_spec(ctx: RunContext, task) -> WorkerSpec:
+def worker_spec(ctx: RunContext) -> WorkerSpec:
     c = ctx.cfg
     return WorkerSpec(
         num_workers=c.num_workers,
@@ -254,6 +255,6 @@ def worker_spec(ctx: RunContext, task) -> WorkerSpec:
         schedule=ctx.schedule,
         total_units=ctx.workload.total_units,
         orchestrator_pid=os.getpid(),
-        task=task,
+        task=ctx.task,
         stack_dir=ctx.stack_dir,
     )

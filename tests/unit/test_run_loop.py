@@ -123,6 +123,7 @@ def context(tmp_path: Path, epochs: int = 1, **trainer) -> RunContext:
         cfg=cfg,
         model=torch.nn.Linear(8, 2),
         workload=workload,
+        task=workload.task(torch.device("cpu"), Layout()),
         optimizer_factory=functools.partial(torch.optim.SGD, lr=0.1),
         plan=plan,
         control=Control(cfg.num_workers),
