@@ -109,8 +109,8 @@ def timed(
         time.sleep(0.5)
         cpu = 0.0
         for p in [root, *root.children(recursive=True)]:
-            try:
-                cpu += sum(p.cpu_times()[:2])
+            try:  # user, system, and the reaped children's (an exited worker's CPU stays counted)
+                cpu += sum(p.cpu_times()[:4])
             except psutil.Error:  # it exited between the two calls
                 pass
         if cpu > last_cpu + 0.05:

@@ -6,13 +6,16 @@ run has one (`optimizer.shared=true`), the fields a resumed run must agree on, a
 config — tensors and plain Python types only, so `torch.load(weights_only=True)`
 accepts it and a hostile file cannot run code. A save goes to a temp file in the same folder, is
 fsynced, then `os.replace`d over the old one: a kill at any moment leaves either the old or the
-new checkpoint, never half of one. It carries a CRC-32 of its tensors, checked on load; weights
-that are not finite are never written (over a good checkpoint or at all), and a write error is
-one line naming the file and the reason (hogwild.run.folder.write_error).
+new checkpoint, never half of one (the temp file a kill leaves behind, `.last.<random>.tmp`, is
+removed by the next run that claims the folder: hogwild.run.folder.Claim). It carries a CRC-32
+of its tensors, checked on load; weights that are not finite are never written (over a good
+checkpoint or at all), and a write error is one line naming the file and the reason
+(hogwild.run.folder.write_error).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
@@ -74,8 +77,10 @@ def save(
 
 def _write_atomically(path: str, data: memoryview) -> None:
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".last.", suffix=".tmp", dir=folder)
+    with contextlib.suppress(FileExistsError):  # checkpoints/, never the run folder above it:
+        os.mkdir(folder)  # a run folder removed meanwhile is not silently made again
+    prefix, suffix = run_folder.PARTIAL  # removed when a run claims the folder, if still there
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -8,6 +8,9 @@ whether it is due, and finish.
     the final evaluation and checkpoint; the summary
 
 Every component decides for itself when it is due (cadence, evaluator, node); the loop only asks.
+Before each write it looks (one stat) that the run folder it claimed is still there: a folder
+removed while the run runs fails the run with one line, and nothing is written there again
+(hogwild.run.folder.Claim.check).
 On a node other than torchrun's rank 0 the outputs are do-nothing objects: it evaluates and
 writes nothing, so its cores go to its workers.
 """
@@ -18,7 +21,7 @@ import logging
 import os
 import time
 
-from hogwild.errors import NodeSyncError
+from hogwild.errors import NodeSyncError, RunFolderError
 from hogwild.process.signals import SignalRelay
 from hogwild.protocol import Control, Log, Scalars
 from hogwild.reporting import staleness
@@ -86,6 +89,8 @@ class RunLoop:
             ctx.optimizer_state,
             enabled=writer,
         )
+        self.claim = ctx.setup.claim if writer else None
+        self.lost: str | None = None  # why the run folder is gone, once it is
         self.sinks = dashboards(ctx, self.initial) if writer else NullSink()
 
     def watch(self) -> None:
@@ -101,15 +106,18 @@ class RunLoop:
             for signum in self.signals.drain():
                 self.apply(Signal(signum))
             if self.window.due():
+                self.folder_kept()  # once it is gone, the dashboards are a NullSink
                 self.flush()
             steps = tuple(int(n) for n in self.control.progress[:, Control.STEPS])
             if self.apply(Tick(time.monotonic(), steps)):
                 break  # the caller escalates to SIGTERM / SIGKILL
-            if st.running and self.checkpointer.due(
-                int(self.control.progress[:, Control.STEPS].sum())
+            if (
+                st.running
+                and self.checkpointer.due(int(self.control.progress[:, Control.STEPS].sum()))
+                and self.folder_kept()
             ):
                 self.node.checkpoint(self.checkpointer.save)
-            if self.checkpointer.error and st.running:
+            if self.checkpointer.error and st.running and self.folder_kept():
                 self.apply(RunFailed(self.checkpointer.error))
             self._node(
                 lambda: self.sinks.scalars(self.node.tick(st.running), self.window.samples_seen)
@@ -121,6 +129,7 @@ class RunLoop:
                 self.flush()  # the train/ charts get a point at every epoch's end, however short
                 self._scored(self.evaluations.start(label, self.window.samples_seen))
             self._scored(self.evaluations.completed())
+        self.folder_kept()
         self.flush()
         # keep joining rounds until every node is done (the last one leaves all alike); a run
         # that reached its goal too, so that its rounds carry the news to the other nodes
@@ -198,6 +207,25 @@ class RunLoop:
                 terminate = True
         return terminate
 
+    def folder_kept(self) -> bool:
+        """False once the run folder this run claimed is gone (or replaced): the run fails with
+        that one line (stopping its workers), its dashboards and checkpoints are dropped, and
+        nothing is written there again, so that the folder is not half made again."""
+        if self.lost is None and self.claim is not None:
+            try:
+                self.claim.check()
+            except RunFolderError as e:
+                self.lost = str(e)
+                log.error("%s", e)
+                self.checkpointer.enabled = False
+                self.sinks.close()  # TensorBoard's files went with the folder; the bar ends too
+                self.sinks = NullSink()
+                if self.state.running:
+                    self.apply(RunFailed(self.lost))
+                else:  # stopping already (a signal, a failure): it fails, with this reason
+                    self.state.fail_late(self.lost)
+        return self.lost is None
+
     def flush(self) -> None:
         """Progress since the last write, plus the staleness histograms as they stand."""
         self.window.flush(self.sinks)
@@ -212,7 +240,7 @@ class RunLoop:
         # evaluator, not in the weights) fails the run but does not lose its checkpoint
         trained = st.status in (RunStatus.COMPLETED, RunStatus.INTERRUPTED)
         second_signal = self._drain_evaluations()
-        if trained:
+        if trained and self.folder_kept():
             if second_signal:  # the checkpoint and the summary, nothing that can wait
                 log.warning(
                     "second signal: no final evaluation; writing the checkpoint and summary"
@@ -224,9 +252,10 @@ class RunLoop:
                     results = self.evaluator.evaluate(ctx.model, "final")
                 self.sinks.scalars(results, self.window.samples_seen)
             self.checkpointer.error = None
-            with timeline.phase("final_checkpoint"):
-                self.node.final_checkpoint(self.checkpointer.save)
-            if self.checkpointer.error:
+            if self.folder_kept():  # the final evaluation may take a while
+                with timeline.phase("final_checkpoint"):
+                    self.node.final_checkpoint(self.checkpointer.save)
+            if self.checkpointer.error and self.folder_kept():
                 st.fail_late(self.checkpointer.error)
         s = summary.collect(
             ctx, st, self.window, self.evaluator.results(), self.initial, self.t_fit
@@ -244,7 +273,8 @@ class RunLoop:
             self.sinks.close()
             path = os.path.join(ctx.output_dir, "summary.json")
             try:
-                s.write(path)
+                if self.folder_kept():  # not into a folder made again, or someone else's
+                    s.write(path)
             except OSError as e:  # the console report below still tells the user everything
                 log.error("%s", run_folder.write_error(path, e))
         return s
@@ -278,6 +308,8 @@ class RunLoop:
 def dashboards(ctx: RunContext, initial: int) -> Sinks:
     """What the node that writes shows: TensorBoard and the progress bar (other nodes log to
     their console only)."""
+    if ctx.setup.claim is not None:  # not made again if it was removed since it was claimed
+        ctx.setup.claim.check()
     os.makedirs(ctx.output_dir, exist_ok=True)
     sinks = Sinks(
         TensorBoardSink(os.path.join(ctx.output_dir, "tensorboard")),

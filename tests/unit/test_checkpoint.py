@@ -13,6 +13,7 @@ import torch
 from hogwild.errors import RunFolderError
 from hogwild.models import MLP
 from hogwild.run import checkpoint
+from hogwild.run import folder as run_folder
 from hogwild.run.checkpoint import CheckpointError
 
 RUN = {
@@ -155,6 +156,30 @@ def test_an_interrupt_during_save_keeps_the_previous_checkpoint(tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         save(path)
     assert path.read_bytes() == before and temp_files(tmp_path) == []
+
+
+def test_a_save_into_a_removed_run_folder_does_not_make_it_again(tmp_path):
+    run = tmp_path / "run"  # removed while the run ran (rm -rf): its checkpoints/ went with it
+    with pytest.raises(RunFolderError) as info:
+        save(run / "checkpoints" / "last.pt")
+    assert str(info.value) == f"cannot write {run}/checkpoints/last.pt: No such file or directory"
+    assert not run.exists()
+
+
+def test_the_temp_file_of_a_save_is_what_a_claim_clears(tmp_path, monkeypatch):
+    """A kill mid-save leaves `.last.<random>.tmp`; hogwild.run.folder.PARTIAL names it, for the
+    next run that claims the folder to remove (tests/unit/test_run_folder.py)."""
+    seen = []
+
+    def killed_midway(src, dst):
+        seen.extend(n for n in os.listdir(tmp_path) if n != "last.pt")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        save(tmp_path / "last.pt")
+    prefix, suffix = run_folder.PARTIAL
+    assert len(seen) == 1 and seen[0].startswith(prefix) and seen[0].endswith(suffix), seen
 
 
 # ---- load: every problem is one line that names resume_from=<path> ----
