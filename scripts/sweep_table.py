@@ -4,7 +4,8 @@ Reads every job folder of the sweep (0/, 1/, ...: summary.json and .hydra/overri
 prints overrides, status, workers, samples/s, test accuracy and wall time per job, and writes
 sweep.json (the same rows) and sweep.png (samples/s vs num_workers, one line per combination
 of the other overrides) into the sweep folder. A job without summary.json (refused before it
-started, or still running) is listed as `missing`.
+started, or still running) is listed as `missing`; one that an interrupted sweep never started left
+no folder, and only the sweep's own table (printed by the CLI) lists it, as `not run`.
 
     python -m hogwild train -m trainer.num_workers=1,2 trainer.start_method=fork,forkserver \
         data=synthetic trainer.epochs=1

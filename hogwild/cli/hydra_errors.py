@@ -3,6 +3,8 @@
     trainer.num_wokers=3    ->  trainer.num_wokers is not a config key; did you mean trainer.num_workers?
     data=imagenet           ->  data=imagenet is not an option of data (digits, mnist, ...)
     a broken YAML file      ->  <file>, line 2, column 15: while parsing ...; expected ',' or ']' ...
+    hydra.run.dir=runs/é    ->  cannot read the override ...; quote the value ...: 'hydra.run.dir="runs/é"'
+    a read-only run folder  ->  cannot write runs/a: Read-only file system; choose a writable ...
 
 Everything else is not a mistake in the user's input but a bug, and keeps its traceback.
 """
@@ -10,7 +12,9 @@ Everything else is not a mistake in the user's input but a bug, and keeps its tr
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import shlex
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -30,7 +34,7 @@ def describe(e: BaseException, overrides: list[str], config_dir: str) -> str | N
     if isinstance(e, MissingConfigException):
         return _missing_option(e, overrides)
     if isinstance(e, OverrideParseException):
-        return f"cannot read the override {e.override!r}: {e.message.splitlines()[0]} (Hydra's override syntax: https://hydra.cc/docs/advanced/override_grammar/basic/)"
+        return _unreadable_override(e.override, e.message.splitlines()[0])
     if isinstance(e, ConfigCompositionException):
         match = re.match(r"Could not override '([^']+)'", str(e))
         if match:
@@ -39,6 +43,45 @@ def describe(e: BaseException, overrides: list[str], config_dir: str) -> str | N
     if isinstance(e, OmegaConfBaseException):
         return _first_line(e)
     return None
+
+
+def folder_error(path: str, e: OSError, key: str) -> str:
+    """A run folder that cannot be made or written (read-only, no permission, no space): the
+    folder, the OS reason, and the key that points the run elsewhere (`hydra.run.dir`, or
+    `hydra.sweep.dir` for a sweep). For Hydra's own mkdir, and for hogwild.cli.job's check of a
+    folder that exists."""
+    reason = os.strerror(e.errno) if e.errno else str(e)
+    return f"cannot write {path}: {reason}; choose a writable run folder with {key}=<folder>"
+
+
+def _unreadable_override(override: str, problem: str) -> str:
+    """An override Hydra's grammar refuses. A value with characters the grammar does not take
+    unquoted (`runs/é`, `a(b)`) is read once quoted for Hydra, inside the shell's quotes: the
+    line then says exactly what to type."""
+    said = f"cannot read the override {override!r}: {problem}"
+    syntax = "(Hydra's override syntax: https://hydra.cc/docs/advanced/override_grammar/basic/)"
+    hint = _quoted(override)
+    return f"{said}; quote the value, as in {hint} {syntax}" if hint else f"{said} {syntax}"
+
+
+def _quoted(override: str) -> str | None:
+    """`key=value` with the value in Hydra's quotes and the whole in the shell's, when Hydra
+    then reads the same value back; None when quoting is not the fix (a sweep `a=1,é`, a
+    value that is already quoted, no `=`)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    key, sep, value = override.partition("=")
+    if not sep or not value or "," in value or value[0] in "'\"" or value[-1] in "'\"":
+        return None
+    quote = next((q for q in "\"'" if q not in value and "\\" not in value), None)
+    if quote is None:
+        return None
+    candidate = f"{key}={quote}{value}{quote}"
+    try:
+        parsed = OverridesParser.create().parse_override(candidate)
+    except Exception:  # noqa: BLE001 - quoting does not help: no hint
+        return None
+    return shlex.quote(candidate) if parsed.value() == value else None
 
 
 def _first_line(e: BaseException) -> str:

@@ -22,14 +22,24 @@ from hogwild.reporting.text import plural
 log = logging.getLogger("hogwild")
 
 
-def run_job(cfg, setup, ahead, finished: list, started_at: float | None = None) -> int:
+def run_job(
+    cfg,
+    setup,
+    ahead,
+    finished: list,
+    started_at: float | None = None,
+    late_signals: list[int] | None = None,
+) -> int:
     """One training run from a composed config; returns the process exit code. `setup` is the
     job's RunSetup without its claim (made here), `ahead` the fork server the CLI started
     before the config (hogwild.process.forkserver.ServerAhead). The finished run's Trainer goes
     into `finished`, which the CLI keeps until os._exit: freeing a file_system shared tensor
     after torch_shm_manager was killed aborts the process ("terminate called ... Broken
-    pipe"); the kernel frees them at exit, and hogwild.process.sharing unlinks their names."""
+    pipe"); the kernel frees them at exit, and hogwild.process.sharing unlinks their names.
+    A signal after summary.json (during the report) leaves the run's exit code as it is; it
+    goes into `late_signals`, so that a sweep starts no further job (hogwild.cli.sweep)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import OmegaConf
 
     from hogwild.config.run_config import build_run_config
@@ -37,9 +47,12 @@ def run_job(cfg, setup, ahead, finished: list, started_at: float | None = None) 
     from hogwild.process.signals import Interrupted
 
     output_dir = HydraConfig.get().runtime.output_dir
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:  # a bad value is refused before torch is even imported (~2 s)
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
         run = build_run_config(raw, output_dir)
+        # before the first line logged opens train.log: a read-only folder is one line
+        _check_writable(output_dir, "hydra.sweep.dir" if multirun else "hydra.run.dir")
         # which file of each config group was used (data: mnist, ...): the run's record, and
         # the experiment / data / model / optimizer columns of TensorBoard's HParams tab
         choices = HydraConfig.get().runtime.choices
@@ -55,17 +68,55 @@ def run_job(cfg, setup, ahead, finished: list, started_at: float | None = None) 
             run, raw, setup, ahead, started_at, lambda: _save_hydra_files(cfg, output_dir)
         )
     except HogwildError as e:
-        _remove_if_empty(output_dir)  # Hydra made it for this run; a refused run leaves nothing
+        remove_if_empty(output_dir)  # Hydra made it for this run; a refused run leaves nothing
         print(f"hogwild: error: {e.cli or e}", file=sys.stderr)
         return 2
     except Interrupted:  # before the run started (its records are written once it has)
-        _remove_if_empty(output_dir)
+        remove_if_empty(output_dir)
         raise
     finished.append(trainer)  # its shared tensors live until the process exits
     try:
         return _print_report(trainer)
-    except Interrupted:  # after summary.json: the run's exit code stands
+    except Interrupted as e:  # after summary.json: the run's exit code stands
+        if late_signals is not None:
+            late_signals.append(e.signum)
         return trainer.summary.exit_code
+
+
+def _check_writable(output_dir: str, key: str) -> None:
+    """The run folder Hydra made (or found) takes a file, and Hydra's log file in it (opened by
+    the first line logged) can be appended to: otherwise one line that names the folder, the
+    OS reason and the key to change, before anything is written. An unnamed temporary file
+    (O_TMPFILE) asks the file system itself: read-only, immutable, no permission."""
+    import tempfile
+
+    from hogwild.cli.hydra_errors import folder_error
+    from hogwild.errors import RunFolderError
+
+    folder = os.path.abspath(output_dir)
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        for _, handler in _log_handlers_in(folder):
+            if os.path.exists(handler.baseFilename):
+                with open(handler.baseFilename, "a"):
+                    pass
+    except OSError as e:
+        for logger, handler in _log_handlers_in(folder):  # no later line may try to open it
+            logger.removeHandler(handler)
+            handler.close()
+        raise RunFolderError(folder_error(output_dir, e, key)) from None
+
+
+def _log_handlers_in(folder: str) -> list[tuple[logging.Logger, logging.FileHandler]]:
+    """Hydra's train.log handler (job_logging), with the logger that holds it."""
+    return [
+        (logger, h)
+        for logger in (logging.getLogger(), logging.getLogger("hogwild"))
+        for h in logger.handlers
+        if isinstance(h, logging.FileHandler)
+        and os.path.dirname(os.path.abspath(h.baseFilename)) == folder
+    ]
 
 
 def _save_hydra_files(cfg, output_dir: str) -> None:
@@ -91,9 +142,9 @@ def _save_hydra_files(cfg, output_dir: str) -> None:
             raise run_folder.write_error(str(folder / name), e) from None
 
 
-def _remove_if_empty(folder: str) -> None:
+def remove_if_empty(folder: str) -> None:
     """The run folder, and the empty folders Hydra made above it (outputs/<date>/), up to the
-    working directory."""
+    working directory. (Also for the folders Hydra makes for a sweep's jobs that never run.)"""
     stop, path = Path.cwd().resolve(), Path(folder).resolve()
     while path != stop and stop in path.parents:
         try:

@@ -20,8 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-from hogwild.reporting.text import plural
-
 USAGE = """usage: hogwild <command> [options]
 
 commands:
@@ -143,11 +141,14 @@ def _compose_and_run(overrides: list[str], ahead, finished: list) -> int:
     import hydra
 
     from hogwild.cli import job as cli_job
+    from hogwild.cli.sweep import SweepRun
+    from hogwild.process.signals import Interrupted
     from hogwild.reporting.timeline import Timeline
     from hogwild.run.context import RunSetup
 
     exit_codes: list[int] = []
-    sweep_jobs: list[str] = []  # each job's folder, under -m
+    sweep = SweepRun()  # under -m: the jobs, and the stop after a signal (hogwild.cli.sweep)
+    ours: list[BaseException] = []  # what our task raised, as opposed to Hydra's own code
     started_at, entered = _process_start_time(), time.time()
     register_defaults()
 
@@ -157,33 +158,72 @@ def _compose_and_run(overrides: list[str], ahead, finished: list) -> int:
         from hydra.types import RunMode
 
         nonlocal started_at
-        multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-        if multirun:
-            sweep_jobs.append(HydraConfig.get().runtime.output_dir)
-        # the run's fixed costs start with the interpreter (the first job) and Hydra's compose
-        first = {"python_and_imports": entered - started_at} if not exit_codes else {}
-        timeline = Timeline(started_at, {**first, "config": time.time() - max(entered, started_at)})
-        # one job, and the process exits after it: the final evaluation may use every core
-        setup = RunSetup(timeline, last_run_in_process=not multirun)
-        exit_codes.append(cli_job.run_job(cfg, setup, ahead, finished, started_at))
-        started_at = time.time()  # the next job of a sweep starts now
+        hydra_cfg = HydraConfig.get()
+        multirun = hydra_cfg.mode == RunMode.MULTIRUN
+        if multirun and not sweep.should_run(
+            hydra_cfg.runtime.output_dir, list(hydra_cfg.overrides.task)
+        ):
+            return  # a signal stopped the sweep: marked `not run`, its folder removed
+        try:
+            # the run's fixed costs start with the interpreter (the first job) and Hydra's compose
+            first = {"python_and_imports": entered - started_at} if not exit_codes else {}
+            timeline = Timeline(
+                started_at, {**first, "config": time.time() - max(entered, started_at)}
+            )
+            # one job, and the process exits after it: the final evaluation may use every core
+            setup = RunSetup(timeline, last_run_in_process=not multirun)
+            late: list[int] = []  # a signal during the job's report: no further job starts
+            code = cli_job.run_job(cfg, setup, ahead, finished, started_at, late)
+            exit_codes.append(code)
+            if multirun:
+                sweep.ran(code, late)
+            started_at = time.time()  # the next job of a sweep starts now
+        except Interrupted as e:  # before this job's run started: nothing of it was written
+            if not multirun:
+                raise
+            sweep.skip()
+            if not sweep.exit_codes:  # the sweep's first job: nothing was written at all
+                sweep.discard(hydra_cfg.sweep.dir)
+                raise
+            sweep.stop(e.signum)
+        except BaseException as e:
+            ours.append(e)
+            raise
+        finally:
+            if multirun:
+                sweep.between_jobs()  # signals wait for the next job, or for the table
 
     try:
-        task()
-    except Exception as e:
-        from hogwild.cli import hydra_errors
+        try:
+            task()
+        except Interrupted as e:
+            if not sweep.exit_codes:  # no job started: "nothing was written" (train())
+                raise
+            sweep.stop(e.signum)
+        except Exception as e:
+            line = _refusal(e, ours, overrides)
+            if line is None:
+                raise  # not the user's input: a bug, with its traceback
+            print(f"hogwild: error: {line}", file=sys.stderr)
+            exit_codes.append(2)
+        if sweep.jobs:  # one row per job of the multirun (hogwild.cli.sweep)
+            sweep.print_report()
+    finally:
+        sweep.end()
+    return max([*exit_codes, sweep.exit_code()])
 
-        line = hydra_errors.describe(e, overrides, config_dir())
-        if line is None:
-            raise  # not the user's input: a bug, with its traceback
-        print(f"hogwild: error: {line}", file=sys.stderr)
-        return 2
-    if sweep_jobs:  # one row per job of the multirun (hogwild.cli.sweep)
-        from hogwild.cli import sweep
 
-        print(f"\nsweep: {plural(len(sweep_jobs), 'job')}")
-        sweep.print_table([sweep.read_job(Path(job)) for job in sweep_jobs])
-    return max(exit_codes, default=0)
+def _refusal(e: Exception, ours: list[BaseException], overrides: list[str]) -> str | None:
+    """The one line for what Hydra refused: a composition error, or a run folder its own code
+    could not make or write (a read-only parent, no permission, no space: an OSError from
+    Hydra, not from our task). None: a bug, which keeps its traceback."""
+    from hogwild.cli import hydra_errors
+
+    if isinstance(e, OSError) and e.filename and not any(e is mine for mine in ours):
+        sweep = any(o in ("-m", "--multirun") for o in overrides)
+        key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+        return hydra_errors.folder_error(str(e.filename), e, key)
+    return hydra_errors.describe(e, overrides, config_dir())
 
 
 def _process_start_time() -> float:

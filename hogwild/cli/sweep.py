@@ -1,18 +1,21 @@
 """A Hydra sweep as one table, one row per job (docs/performance.md): what the CLI prints at the
 end of `python -m hogwild train -m ...`, and what scripts/sweep_table.py prints (and plots) for
 a sweep folder afterwards. Reads each job folder's summary.json and .hydra/overrides.yaml; a
-job without summary.json (refused before it started, or still running) is listed as `missing`.
+job without summary.json (refused before it started, or still running) is listed as `missing`,
+one that an interrupted sweep never started as `not run` (SweepRun, the CLI's side).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import yaml
 
-from hogwild.reporting.text import print_cells
+from hogwild.process.signals import SIGNALS, SignalRelay
+from hogwild.reporting.text import plural, print_cells
 
 FIELDS = (
     "status",
@@ -24,19 +27,25 @@ FIELDS = (
 )
 
 
-def read_job(job: Path) -> dict:
+NOT_RUN = "not run"  # a job an interrupted sweep never started
+
+
+def read_job(job: Path, overrides: list[str] | None = None, not_run: bool = False) -> dict:
+    """One job's row. `overrides`: the job's own, for a job whose folder has no .hydra/ (it
+    was refused, or never run); `not_run`: the job never started (its folder is gone)."""
     overrides_file = job / ".hydra" / "overrides.yaml"
-    overrides = (
-        (yaml.safe_load(overrides_file.read_text()) or []) if overrides_file.is_file() else []
-    )
+    if overrides_file.is_file():
+        overrides = yaml.safe_load(overrides_file.read_text()) or []
     summary_file = job / "summary.json"
     summary = (
-        json.loads(summary_file.read_text()) if summary_file.is_file() else {"status": "missing"}
+        json.loads(summary_file.read_text())
+        if summary_file.is_file()
+        else {"status": NOT_RUN if not_run else "missing"}
     )
     return {
         "job": job.name,
         "folder": str(job),
-        "overrides": list(overrides),
+        "overrides": list(overrides or []),
         **{k: summary.get(k) for k in FIELDS},
     }
 
@@ -88,7 +97,7 @@ def print_table(rows: list[dict]) -> None:
             fmt(r["samples_per_second"], ",.0f"),
             _result(r),
             fmt(r["wall_seconds"], ".1f"),
-            _short(r["folder"]),
+            "-" if r["status"] == NOT_RUN else _short(r["folder"]),
         ]
         for r, mine in zip(rows, own)
     ]
@@ -98,3 +107,99 @@ def print_table(rows: list[dict]) -> None:
 def _short(folder: str) -> str:
     rel = os.path.relpath(folder)
     return folder if rel.startswith("..") else rel
+
+
+class SweepRun:
+    """A sweep as the CLI runs it (hogwild.cli.main), one `job` call per job of Hydra's launcher,
+    whose loop hogwild does not control: the jobs in order, and the stop after a signal.
+
+    The first Ctrl-C (SIGTERM, SIGHUP) stops the job that is running as it stops a single run,
+    and no further job starts: Hydra still hands over every job, which is then marked `not run`
+    at once and its empty folder removed; the table follows and the sweep's exit code is the
+    signal's. Between jobs (and while the table is printed) signals are taken by a SignalRelay,
+    so that none is raised inside Hydra's code; within a job they reach it as in a single run.
+    """
+
+    def __init__(self):
+        self.jobs: list[tuple[Path, list[str]]] = []
+        self.not_run: set[int] = set()  # indices into jobs
+        self.exit_codes: list[int] = []
+        self.stopped_by: int | None = None  # the signal that stopped the sweep
+        self._relay = None
+
+    def should_run(self, folder: str, overrides: list[str]) -> bool:
+        """A job is handed over: False when the sweep has been stopped (the job is then marked
+        `not run` and its empty folder, made by Hydra, removed). True: the job runs, and signals
+        reach it from here on."""
+        self.jobs.append((Path(folder), list(overrides)))
+        self._close_relay()  # a signal that came between jobs stops the sweep here
+        if self.stopped_by is None:
+            return True
+        self.skip()
+        self.between_jobs()
+        return False
+
+    def skip(self) -> None:
+        """The current job never started: `not run`, its folder removed if empty."""
+        from hogwild.cli.job import remove_if_empty
+
+        folder = self.jobs[-1][0]
+        if not (folder / "summary.json").exists():
+            self.not_run.add(len(self.jobs) - 1)
+            remove_if_empty(str(folder))
+
+    def ran(self, code: int, late_signals: list[int]) -> None:
+        self.exit_codes.append(code)
+        if code - 128 in (int(s) for s in SIGNALS):
+            self.stop(code - 128)
+        for signum in late_signals:
+            self.stop(signum)
+
+    def stop(self, signum: int) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = signum
+
+    def between_jobs(self) -> None:
+        """After a job: signals go to the relay until the next job starts (or the end)."""
+        if self._relay is None:
+            self._relay = SignalRelay().__enter__()
+
+    def end(self) -> None:
+        """After the table: signals are the CLI's again. One that came after the last job had
+        finished stopped nothing: the jobs' exit codes stand."""
+        self._close_relay(stops=False)
+
+    def _close_relay(self, stops: bool = True) -> None:
+        relay, self._relay = self._relay, None
+        if relay is not None:
+            relay.__exit__(None, None, None)
+            for signum in relay.drain() if stops else ():
+                self.stop(signum)
+
+    @staticmethod
+    def discard(sweep_dir: str) -> None:
+        """Interrupted before its first job started: not even the sweep folder stays (Hydra
+        wrote multirun.yaml there), when nothing else is in it."""
+        from hogwild.cli.job import remove_if_empty
+
+        folder = Path(sweep_dir)
+        if folder.is_dir() and [p.name for p in folder.iterdir()] == ["multirun.yaml"]:
+            (folder / "multirun.yaml").unlink()
+        remove_if_empty(str(folder))
+
+    def exit_code(self) -> int:
+        stopped = [] if self.stopped_by is None else [128 + self.stopped_by]
+        return max([*self.exit_codes, *stopped], default=0)
+
+    def print_report(self) -> None:
+        head = f"\nsweep: {plural(len(self.jobs), 'job')}"
+        if self.stopped_by is not None:
+            name = signal.Signals(self.stopped_by).name
+            head += f", {len(self.not_run)} not run (stopped by {name})"
+        print(head)
+        print_table(
+            [
+                read_job(folder, overrides, not_run=i in self.not_run)
+                for i, (folder, overrides) in enumerate(self.jobs)
+            ]
+        )

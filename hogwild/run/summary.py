@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import time
 from typing import Any
 
@@ -116,8 +117,9 @@ class Summary:
                 if os.path.exists(checkpoint)
                 else "none written",
             ),
-            # the run folder, not its tensorboard/: TensorBoard would name the run "."
-            ("dashboards", f"tensorboard --logdir {rel}"),
+            # the run folder, not its tensorboard/: TensorBoard would name the run "."; quoted
+            # for the shell, so that the command can be pasted as it is (spaces, quotes, ...)
+            ("dashboards", f"tensorboard --logdir {shlex.quote(rel)}"),
         ]
         return failure, [f"run {self.status}"] + [f"  {key:<14} {value}" for key, value in rows]
 

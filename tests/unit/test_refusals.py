@@ -107,3 +107,33 @@ def test_a_yaml_syntax_error_is_one_line_with_file_and_line(tmp_path):
     run_dir = tmp_path / "run"
     result = cli_here([f"hydra.searchpath=[file://{tmp_path / 'extra'}]", "model=broken"], run_dir)
     assert_refused_cleanly(result, run_dir, f"{configs / 'broken.yaml'}, line 2, column 15")
+
+
+@pytest.mark.parametrize(
+    "override, hint",
+    [
+        ("hydra.run.dir=runs/é_only", "'hydra.run.dir=\"runs/é_only\"'"),
+        ("data.root=données/mnist", "'data.root=\"données/mnist\"'"),
+        ("+model.note=it's_é", "'+model.note=\"it'\"'\"'s_é\"'"),
+    ],
+)
+def test_an_override_hydra_reads_only_quoted_says_how_to_quote_it(tmp_path, override, hint):
+    """Hydra's grammar refuses some characters unquoted (`é`): the line gives the override to
+    type, quoted for Hydra inside the shell's quotes, and Hydra reads the same value from it."""
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    run_dir = tmp_path / "run"
+    line = assert_refused_cleanly(cli_here([override], run_dir), run_dir, f"{override!r}")
+    assert f"quote the value, as in {hint} (Hydra's override syntax" in line, line
+    (typed,) = shlex.split(hint)  # what the shell hands over
+    parsed = OverridesParser.create().parse_override(typed)
+    assert parsed.value() == override.split("=", 1)[1]
+
+
+def test_a_sweep_value_hydra_cannot_read_gets_no_quoting_hint(tmp_path):
+    """Quoting `1,é` whole would turn a sweep into one string: no hint there."""
+    run_dir = tmp_path / "run"
+    line = assert_refused_cleanly(cli_here(["+model.note=1,é"], run_dir), run_dir)
+    assert "cannot read the override '+model.note=1,é'" in line and "quote" not in line

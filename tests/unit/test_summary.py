@@ -9,6 +9,8 @@ import pytest
 from hogwild.reporting.text import plural
 from hogwild.run.summary import Summary
 
+from support import wait_until
+
 
 def summary(**overrides) -> Summary:
     fields = dict(
@@ -69,6 +71,19 @@ def test_the_report_says_where_everything_is(tmp_path):
     assert "checkpoints/last.pt" in text and "tensorboard --logdir" in text
 
 
+@pytest.mark.parametrize("name", ["my run", "it's", "runs/é $HOME"])
+def test_the_tensorboard_hint_is_quoted_for_the_shell(tmp_path, name):
+    """The printed command works when pasted: a folder with spaces, quotes or `$` is quoted."""
+    import shlex
+
+    folder = tmp_path / name
+    line = next(
+        line for line in summary().console_lines(str(folder))[1] if "tensorboard --logdir" in line
+    )
+    command = line.split("dashboards", 1)[1].strip()
+    assert shlex.split(command) == ["tensorboard", "--logdir", str(folder)]
+
+
 def test_a_regression_run_reports_its_rmse(tmp_path):
     s = summary(
         workload={"task": "regression", "test_loss": 0.1, "test_rmse": 0.316, "test_accuracy": None}
@@ -79,3 +94,43 @@ def test_a_regression_run_reports_its_rmse(tmp_path):
 @pytest.mark.parametrize("n, text", [(1, "1 worker"), (2, "2 workers"), (0, "0 workers")])
 def test_plurals(n, text):
     assert plural(n, "worker") == text
+
+
+def test_a_signal_between_the_jobs_of_a_sweep_starts_no_further_job(tmp_path, monkeypatch, capsys):
+    """The sweep's side of the summary (hogwild.cli.sweep): a Ctrl-C after a job has finished
+    and before Hydra hands over the next one is taken, not raised inside Hydra's loop; every
+    later job is `not run`, its empty folder (Hydra made it) removed, and the table says so."""
+    import signal
+
+    from hogwild.cli.sweep import SweepRun
+    from hogwild.process import signals
+
+    monkeypatch.chdir(tmp_path)  # job folders are removed up to the working directory
+    previous, sweep = signals.install(), SweepRun()
+    try:
+        (tmp_path / "0").mkdir()
+        summary().write(str(tmp_path / "0" / "summary.json"))
+        assert sweep.should_run(str(tmp_path / "0"), ["a=0"])
+        sweep.ran(0, [])
+        sweep.between_jobs()  # the job is over: Hydra's code runs until the next one
+        signal.pthread_kill(signals.receiver().thread.ident, signal.SIGINT)
+        assert wait_until(lambda: any(r.pending for r in signals.receiver().relays), 30)
+        for job in ("1", "2"):
+            (tmp_path / job).mkdir()
+            assert not sweep.should_run(str(tmp_path / job), [f"a={job}"])
+        sweep.print_report()
+    finally:
+        sweep.end()
+        signals.restore(previous)
+    assert sweep.exit_code() == 130
+    assert (tmp_path / "0").exists() and not (tmp_path / "1").exists()
+    assert not (tmp_path / "2").exists()
+    out = capsys.readouterr().out
+    assert "sweep: 3 jobs, 2 not run (stopped by SIGINT)" in out
+    rows = [line.split() for line in out.splitlines() if line[:1].isdigit()]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("0", "a=0", "completed"),
+        ("1", "a=1", "not"),
+        ("2", "a=2", "not"),
+    ]
+    assert rows[1][-1] == "-" and rows[1][3] == "run"
