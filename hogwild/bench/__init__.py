@@ -69,7 +69,13 @@ from hogwild.bench.ddp import run_ddp
 from hogwild.bench.fixed import cli_run, print_breakdowns
 from hogwild.bench.recipes import LR, MODELS, MODES, TEST_SAMPLES, build, plan, recipe
 from hogwild.bench.report import add_ratios, machine_info, plot, print_table
-from hogwild.bench.runs import PeakPSS, run_framework, run_plain, start_forkserver
+from hogwild.bench.runs import (
+    PeakPSS,
+    RowUnfinished,
+    run_framework,
+    run_plain,
+    start_forkserver,
+)
 
 __all__ = ["main", "plot"]
 
@@ -185,11 +191,12 @@ def measure(runs: list[tuple], mode: dict, samples: int | None) -> list[dict]:
             model, data = build(model_name, num_samples)
             try:
                 setting = (model, data, start, strategy, n, threads)
+                label = f"{model_name} {impl} {start}/{strategy} {n}x{threads}"
                 with PeakPSS() as pss:
                     if impl == "plain":
-                        result = run_plain(*setting, recipe(model_name))
+                        result = run_plain(*setting, recipe(model_name), row=label)
                     elif impl == "ddp":
-                        result = run_ddp(*setting, recipe(model_name))
+                        result = run_ddp(*setting, recipe(model_name), row=label)
                     else:  # framework-step: the loss published every step
                         every = 1 if impl == "framework-step" else 10
                         result = run_framework(
@@ -199,6 +206,8 @@ def measure(runs: list[tuple], mode: dict, samples: int | None) -> list[dict]:
                     {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()}
                 )
                 row["pss_mb"] = round(pss.peak / 2**20, 1)
+            except RowUnfinished as e:  # its processes were killed (gather said so on stderr)
+                row.update(error=str(e), missing=True)
             except Exception as e:  # noqa: BLE001 - one broken combination must not hide the rest
                 row["error"] = f"{type(e).__name__}: {e}"
             del model, data  # free this run's shared tensors before the next run samples its PSS

@@ -8,15 +8,22 @@ No hogwild imports in the training process, as for the plain loop: only the same
 from __future__ import annotations
 
 import copy
+import datetime
+import os
 import socket
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from hogwild.bench.recipes import SEED
-from hogwild.bench.runs import gather
+from hogwild.bench.runs import gather, hang_if_asked
+
+# A collective that waits longer than this fails the process instead of waiting (torch's default
+# is 30 minutes); the row's own cap (hogwild.bench.runs.gather) is the outer bound.
+COLLECTIVE_TIMEOUT_SECONDS = 300
 
 
 def _free_port() -> int:
@@ -30,8 +37,13 @@ def ddp_worker(
 ):
     torch.set_num_threads(threads)
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_SECONDS),
     )
+    code = 1
     try:
         # a private copy: DDP keeps every process's replica in step by all-reducing gradients
         net = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model))
@@ -50,12 +62,29 @@ def ddp_worker(
                 t_last = time.monotonic()
                 t_first = t_first or t_last
         queue.put((rank, steps * batch * epochs, t_first, t_last))
+        # the figures are in the pipe (the queue's feeder thread has written them) before
+        # anything below can go wrong: the parent has them whatever happens to this process
+        queue.close()
+        queue.join_thread()
+        hang_if_asked("ddp")
+        code = 0
+    except BaseException:  # noqa: BLE001 - shown here: the exit below skips Python's own report
+        traceback.print_exc()
     finally:
-        dist.destroy_process_group()
+        # Leave the group explicitly (while `net` still holds it), then end the process here,
+        # before this frame's objects are freed: the last reference to the gloo process group
+        # (DDP's reducer holds one) would run ~ProcessGroupGloo, which joins gloo's worker
+        # thread with the GIL held, and a worker thread waiting for the GIL deadlocks the exit
+        # (seen: `bench --quick` stuck at 0% CPU). Nothing is left to flush: the figures are
+        # in the pipe, and gather reads a non-zero code as the process's failure.
+        try:
+            dist.destroy_process_group()
+        finally:
+            os._exit(code)
 
 
 def run_ddp(
-    model, data, start_method, strategy, num_workers, threads, recipe, epochs: int = 1
+    model, data, start_method, strategy, num_workers, threads, recipe, epochs: int = 1, row=""
 ) -> dict:
     """One DDP run; the figures as the plain loop's (hogwild.bench.runs.run_plain)."""
     torch.multiprocessing.set_sharing_strategy(strategy)
@@ -70,4 +99,4 @@ def run_ddp(
         )
         for r in range(num_workers)
     ]
-    return gather(procs, queue, "DDP process", t0)
+    return gather(procs, queue, "DDP process", t0, row)

@@ -3,8 +3,10 @@ and the peak memory of the whole process tree while one runs."""
 
 from __future__ import annotations
 
+import os
 import queue as queue_lib
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -37,10 +39,11 @@ def plain_worker(
             t_last = time.monotonic()
             t_first = t_first or t_last
     queue.put((rank, len(mine) * epochs, t_first, t_last))
+    hang_if_asked("plain")
 
 
 def run_plain(
-    model, data, start_method, strategy, num_workers, threads, recipe, epochs: int = 1
+    model, data, start_method, strategy, num_workers, threads, recipe, epochs: int = 1, row=""
 ) -> dict:
     torch.multiprocessing.set_sharing_strategy(strategy)
     ctx = mp.get_context(start_method)
@@ -55,26 +58,80 @@ def run_plain(
         )
         for r in range(num_workers)
     ]
-    return gather(procs, queue, "plain worker", t0)
+    return gather(procs, queue, "plain worker", t0, row)
 
 
-def gather(procs, queue, what: str, t0: float) -> dict:
+# How long a row may take, as caps (never a measurement): a row is its processes' start-up and
+# one epoch of training, seconds to a few minutes. Until the first process has sent its figures
+# the cap is START_CAP_SECONDS; from then on the others have max(FOLLOW_CAP_SECONDS, 3 x the time
+# the first one took) to send theirs, and every process has max(EXIT_CAP_SECONDS, the time the
+# row took so far) to exit once it has (an exit takes milliseconds: a process still there after
+# that is stuck, e.g. a gloo teardown that deadlocked, and is killed).
+START_CAP_SECONDS = 900.0
+FOLLOW_CAP_SECONDS = 60.0
+EXIT_CAP_SECONDS = 30.0
+# Test-only seam (tests/e2e/test_bench_hang.py): a benchmark process whose impl ("plain" or
+# "ddp") is named by this environment variable sleeps forever once it has sent its figures, as
+# a process stuck in its exit would; gather must then kill it and mark the row missing.
+HANG_ENV = "HOGWILD_BENCH_TEST_HANG_AFTER_FIGURES"
+
+
+class RowUnfinished(RuntimeError):
+    """A row's processes did not finish within the cap: they were killed, the row is missing."""
+
+
+def hang_if_asked(impl: str) -> None:
+    """The test-only seam above (no effect unless the variable names `impl`)."""
+    if os.environ.get(HANG_ENV) == impl:
+        while True:
+            time.sleep(3600)
+
+
+def _end(procs, grace: float = 5.0) -> None:
+    """SIGTERM every process still alive, SIGKILL what is left after `grace`, reap them all."""
+    for send in ("terminate", "kill"):
+        live = [p for p in procs if p.is_alive()]
+        for p in live:
+            getattr(p, send)()
+        deadline = time.monotonic() + grace
+        for p in live:
+            p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        p.join(grace)
+
+
+def gather(procs, queue, what: str, t0: float, row: str = "") -> dict:
     """Start the processes, collect one (rank, samples, first step, last step) from each,
-    join them; the row's figures (steady state: all samples / first to last step)."""
+    join them; the row's figures (steady state: all samples / first to last step).
+
+    Bounded (the caps above): a row that does not finish in time has its processes killed, one
+    line on stderr names it, and RowUnfinished says so (the table marks the row missing)."""
     for p in procs:
         p.start()
-    results = []
-    while len(results) < len(procs):  # results first, then join: a full queue would block exit
-        try:
-            results.append(queue.get(timeout=1.0))
-        except queue_lib.Empty:
-            if any(p.exitcode not in (None, 0) for p in procs):
-                for p in procs:
-                    p.kill()
-                codes = [p.exitcode for p in procs]
-                raise RuntimeError(f"{what} died: exit codes {codes}") from None
-    for p in procs:
-        p.join()
+    results: list = []
+    cap = START_CAP_SECONDS  # until the first figures are in
+    try:
+        while len(results) < len(procs):  # results first, then join: a full queue blocks exit
+            if time.monotonic() - t0 > cap:
+                _unfinished(procs, row or what, t0)
+            try:
+                results.append(queue.get(timeout=1.0))
+                if len(results) == 1:
+                    first = time.monotonic() - t0
+                    cap = first + max(FOLLOW_CAP_SECONDS, 3 * first)
+            except queue_lib.Empty:
+                if any(p.exitcode not in (None, 0) for p in procs):
+                    codes = [p.exitcode for p in procs]
+                    _end(procs)
+                    raise RuntimeError(f"{what} died: exit codes {codes}") from None
+        deadline = time.monotonic() + max(EXIT_CAP_SECONDS, time.monotonic() - t0)
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        if any(p.is_alive() for p in procs):
+            _unfinished(procs, row or what, t0)
+    except BaseException:
+        _end(procs)  # never leave a process behind, whatever went wrong here (Ctrl-C included)
+        raise
     samples = sum(r[1] for r in results)
     t_first, t_last = min(r[2] for r in results), max(r[3] for r in results)
     return dict(
@@ -84,6 +141,19 @@ def gather(procs, queue, what: str, t0: float) -> dict:
         startup_seconds=t_first - t0,
         wall_seconds=time.monotonic() - t0,
     )
+
+
+def _unfinished(procs, row: str, t0: float) -> None:
+    stuck = sum(p.is_alive() for p in procs)
+    _end(procs)
+    seconds = time.monotonic() - t0
+    print(
+        f"bench: row '{row}' did not finish in {seconds:.0f} s ({stuck} of {len(procs)} "
+        "process(es) still running): its processes were killed; the row is marked missing",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise RowUnfinished(f"did not finish in {seconds:.0f} s: its processes were killed")
 
 
 # ---- the framework, through its Python API ----

@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -203,24 +204,30 @@ class NodeSync:
             save(self.averaging.final_table)
 
     def collective(self, what: str, fn, *args) -> None:
-        """One collective; a failure is one NodeSyncError line that says which and why."""
+        """One collective; a failure is one NodeSyncError line that names the node at fault
+        (`blame`)."""
         try:
             fn(*args)
         # gloo/nccl raise RuntimeError (or DistBackendError, or others) on a lost peer or a timeout
         except Exception as e:  # noqa: BLE001 - each of them means the same to the run
-            raise NodeSyncError(
-                f"node {self.rank}: {what} failed, another node stopped "
-                f"or did not answer within distributed.timeout_seconds={self.cfg.timeout_seconds:g} "
-                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-            ) from None
+            raise NodeSyncError(blame(self.rank, self.world, what, e, self.cfg)) from None
 
     def figures(self, mine: dict[str, Any]) -> dict[str, Any]:
         """The summary's `distributed` section (`all_nodes_figures`)."""
         return all_nodes_figures(self, mine)
 
     def close(self) -> None:
-        if self.dist.is_initialized():
+        """Leave the process group explicitly, while this thread holds no collective: what
+        torch would otherwise do in ~ProcessGroupGloo at interpreter exit, where joining gloo's
+        worker thread with the GIL held can deadlock (or abort) the process. A group that a
+        lost peer broke may raise here; the run's outcome is already decided, so that is
+        logged, never raised."""
+        if not self.dist.is_initialized():
+            return
+        try:
             self.dist.destroy_process_group()
+        except Exception as e:  # noqa: BLE001 - leaving must not turn a failed run into a traceback
+            log.warning("node %d: leaving the process group: %s", self.rank, e)
 
 
 def all_nodes_figures(node: NodeSync, mine: dict[str, Any]) -> dict[str, Any]:
@@ -252,3 +259,41 @@ def all_nodes_figures(node: NodeSync, mine: dict[str, Any]) -> dict[str, Any]:
         "samples_seen_all_nodes": None if table is None else int(table[:, 2].sum()),
         "per_node": per_node,
     }
+
+
+# What gloo / nccl / the TCP store say when the other end of a connection went away (a node
+# that was killed or crashed), and when it did not answer in time.
+GONE = (
+    "connection closed",
+    "connection reset",
+    "connection was likely closed",
+    "broken pipe",
+    "connection refused",
+    "econnreset",
+    "epipe",
+)
+TIMEOUT = ("timed out", "timeout")
+
+
+def blame(rank: int, world: int, what: str, error: BaseException, cfg: DistributedConfig) -> str:
+    """The one line a failed collective becomes: which node is at fault and what happened, then
+    torch's own words. With two nodes the peer is the other one; with more, gloo names the
+    peer's address, which is given as is."""
+    said = str(error).splitlines()[0] if str(error) else ""
+    text = said.lower()
+    others = [r for r in range(world) if r != rank]
+    if len(others) == 1:
+        who = f"node {others[0]}"
+    else:
+        found = re.search(r"peer \[?([0-9A-Za-z.:-]+?)\]?:(\d+)", said)
+        who = f"the node at {found[1]}:{found[2]}" if found else "another node"
+    if any(g in text for g in GONE):
+        why = f"{who} is gone (its process group connection closed: killed, crashed or stopped)"
+    elif any(t in text for t in TIMEOUT):
+        why = f"{who} did not answer within distributed.timeout_seconds={cfg.timeout_seconds:g}"
+    else:
+        why = (
+            f"{who} stopped or did not answer within "
+            f"distributed.timeout_seconds={cfg.timeout_seconds:g}"
+        )
+    return f"{why}; node {rank}: {what} failed ({type(error).__name__}: {said})"

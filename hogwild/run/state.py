@@ -226,6 +226,15 @@ class RunState:
         ):
             self.restarts += 1
             return [Restart(e.rank, failure, self.restarts)]
+        if self.on_failure == "restart" and failure.restartable:  # the budget is spent: say so
+            failure = WorkerFailure(
+                failure.rank,
+                f"{failure.reason}; no restart left (trainer.max_restarts={self.max_restarts}"
+                + (" used)" if self.max_restarts else ")"),
+                failure.exitcode,
+                failure.traceback,
+                failure.kind,
+            )
         self._stop(RunStatus.FAILED)
         self.failure = failure
         return [Failed(failure), StopWorkers(f"worker {e.rank} failed")]

@@ -193,3 +193,23 @@ def test_a_replacement_worker_gets_a_fresh_clock():
     assert st.apply(Tick(9.0, (5, 4))) == []  # rank 1's clock starts again at 9 s
     assert st.apply(Tick(18.0, (6, 4))) == []
     assert st.apply(Tick(19.0, (7, 4))) == [Stalled(1, 10.0)]
+
+
+def test_a_death_past_the_restart_budget_says_that_no_restart_was_left():
+    st = state(on_failure="restart", max_restarts=1)
+    (restart,) = st.apply(Exited(1, -9))
+    assert isinstance(restart, Restart) and restart.failure.reason == "killed by SIGKILL"
+    failed, _ = st.apply(Exited(1, -9))
+    reason = "killed by SIGKILL; no restart left (trainer.max_restarts=1 used)"
+    assert isinstance(failed, Failed) and failed.failure.reason == reason
+    assert failed.failure.exitcode == -9 and st.error == {"rank": 1, "reason": reason}
+    assert str(failed.failure) == f"worker 1 failed: {reason}"
+
+
+def test_no_restart_allowed_and_no_restart_policy_say_what_applies():
+    st = state(on_failure="restart", max_restarts=0)
+    st.apply(Exited(0, 3))
+    assert st.error["reason"] == "exit code 3; no restart left (trainer.max_restarts=0)"
+    st = state(on_failure="stop", max_restarts=3)  # the budget is no part of a stopping run
+    st.apply(Exited(0, 3))
+    assert st.error["reason"] == "exit code 3"
