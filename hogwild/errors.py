@@ -4,6 +4,7 @@
     ├── ConfigError         a config key with a value that is not allowed (names key, value, what is)
     ├── DataError           a data set that cannot be loaded as asked (missing files, bad values)
     ├── PreflightError      the machine cannot run this run (/dev/shm, open files, fd passing)
+    │   └── SharedMemoryError   the run's tensors could not be put into shared memory (mmap, memory limit)
     ├── CheckpointError     a resume_from file that cannot be used
     ├── RunFolderError      the run folder cannot be claimed or written (locked, no space, ...)
     ├── NodeSyncError       another torchrun node is gone or did not answer in time
@@ -37,6 +38,11 @@ class DataError(HogwildError, ValueError):
 
 class PreflightError(HogwildError):
     """The machine cannot run this configuration (checked before anything starts)."""
+
+
+class SharedMemoryError(PreflightError):
+    """The run's tensors could not be moved into shared memory (an mmap refused by the memory
+    limit, ...): found as they are shared, before any worker starts; nothing is left in /dev/shm."""
 
 
 class CheckpointError(HogwildError):
@@ -84,8 +90,9 @@ class WorkerFailure(HogwildError):
 
     @property
     def restartable(self) -> bool:
-        """A non-finite loss would only happen again: a replacement would not help."""
-        return self.kind != "nonfinite"
+        """A non-finite loss, or a script that every new worker re-runs (no `__main__` guard),
+        would only happen again: a replacement would not help."""
+        return self.kind not in ("nonfinite", "unguarded")
 
 
 def _signal_name(number: int) -> str:

@@ -1,21 +1,25 @@
 """Shared memory: sharing strategies, moving tensors to shared memory, and the pre-flight checks
 that turn torch's deep failures ("Too many open files", "No space left on device", a bare
-"Bus error") into one clear message before any worker starts.
+"Bus error") into one clear message before any worker starts, and the failures no check can
+foresee (an mmap refused by the address-space limit) into one clear message after the fact,
+with nothing left in /dev/shm.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing.forkserver
 import os
+import re
 import resource
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
 import torch.multiprocessing as mp
 
-from hogwild.errors import PreflightError
+from hogwild.errors import PreflightError, SharedMemoryError
 
 SHM_DIR = "/dev/shm"
 # fds a process needs besides the shared tensors: stdio, pipes, sentinels, imported libraries
@@ -23,6 +27,13 @@ FD_HEADROOM = 256
 # fds a forkserver start sends besides the shared storages: the worker's pipe and the like (3),
 # and the 4 of its own (multiprocessing.forkserver.connect_to_new_process)
 FORKSERVER_EXTRA_FDS = 3 + 4
+# torch's words when a segment it made cannot be mapped (both strategies):
+# "unable to mmap 188160000 bytes from file </torch_26373_4083891241_4>: Cannot allocate memory (12)"
+MMAP_FAILED = re.compile(r"unable to mmap (\d+) bytes from file <(/torch_[^>]+)>: (.+?) \((\d+)\)")
+# ... when it cannot open, size or write one: "unable to open shared memory object </torch_...>"
+SEGMENT_FAILED = re.compile(r"<(/torch_[^>]+)>")
+# ... when a plain allocation fails (a copy made while sharing: the layout, the optimizer state)
+ALLOC_FAILED = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
 
 
 def set_sharing_strategy(strategy: str) -> None:
@@ -113,3 +124,83 @@ def share_tensors(tensors: Iterable[torch.Tensor]) -> None:
     for t in tensors:
         if t.device.type == "cpu":
             t.share_memory_()
+
+
+@contextlib.contextmanager
+def translating_failures(what: str, smaller: str) -> Iterator[None]:
+    """Around the moves into shared memory of one part of the run (`what`: "the training data"):
+    a failure of torch's (a RuntimeError of many lines, deep in the storage code) becomes one
+    SharedMemoryError that says what could not be mapped, why, and the way out (`smaller`: "a
+    smaller data set"). torch creates a segment by name (torch_<pid>_<...>), sizes it, maps it,
+    and only then unlinks the name (file_descriptor) or hands it to torch_shm_manager
+    (file_system): when the mapping fails the name stays in /dev/shm, and under file_system an
+    fd to it stays open. Both are removed here, for either strategy."""
+    try:
+        yield
+    except RuntimeError as e:
+        error = _shared_memory_error(str(e), what, smaller)
+        if error is None:
+            raise
+        raise error from None
+
+
+def _shared_memory_error(message: str, what: str, smaller: str) -> SharedMemoryError | None:
+    mapped = MMAP_FAILED.search(message)
+    if mapped is not None:
+        size, name, reason, code = mapped.groups()
+        remove_failed_segment(name)
+        if int(code) == 12:  # ENOMEM: the address-space limit, or the machine's memory
+            return SharedMemoryError(
+                f"cannot map {_size(int(size))} of shared memory for {what} "
+                f"({_memory_limit()}): {_way_out(smaller)}"
+            )
+        return SharedMemoryError(
+            f"cannot map {_size(int(size))} of shared memory for {what}: {reason}"
+        )
+    allocated = ALLOC_FAILED.search(message)
+    if allocated is not None:
+        return SharedMemoryError(
+            f"cannot allocate {_size(int(allocated[1]))} for {what} ({_memory_limit()}): "
+            f"{_way_out(smaller)}"
+        )
+    segment = SEGMENT_FAILED.search(message)
+    if segment is not None:  # torch's own line names the segment and the OS reason
+        remove_failed_segment(segment[1])
+        first = message.strip().splitlines()[0] if message.strip() else message
+        return SharedMemoryError(f"cannot put {what} into shared memory: {first}")
+    return None
+
+
+def remove_failed_segment(name: str, shm_dir: str = SHM_DIR) -> None:
+    """Unlink a segment torch created but could not map (`name`: "/torch_<pid>_<...>", as torch
+    writes it), and close any fd this process still holds on it. Only this process's own: the
+    name carries its creator's pid."""
+    base = name.lstrip("/")
+    if not base.startswith(f"torch_{os.getpid()}_") or os.sep in base:
+        return
+    path = os.path.join(shm_dir, base)
+    with contextlib.suppress(OSError):
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError, ValueError):
+                if os.readlink(f"/proc/self/fd/{fd}") == path:
+                    os.close(int(fd))
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _memory_limit() -> str:
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        return f"address-space limit {_size(soft)}: ulimit -v"
+    return "out of memory"
+
+
+def _way_out(smaller: str) -> str:
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        return f"raise the limit or use {smaller}"
+    return f"free some memory or use {smaller}"
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

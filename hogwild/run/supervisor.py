@@ -6,6 +6,7 @@ The supervisor waits on every worker's pipe *and* every process sentinel at once
 Stopping is graded: the orchestrator raises the shared stop flag and keeps draining for a grace
 period (hogwild.run.state decides when it is over); `terminate` then sends SIGTERM, waits a
 little, sends SIGKILL and joins everything.
+
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ from typing import Any
 import torch.multiprocessing as mp
 
 from hogwild.process import signals
+from hogwild.process.main_guard import (
+    UNGUARDED_EXIT,
+    UNGUARDED_KIND,
+    WORKER_NAME,
+    unguarded_message,
+)
+from hogwild.protocol import Failure
 from hogwild.run.state import Exited
 
 
@@ -65,7 +73,7 @@ class Supervisor:
         proc = self.ctx.Process(
             target=self.target,
             args=(rank, *self.args(rank), writer),
-            name=f"hogwild-worker-{rank}",
+            name=f"{WORKER_NAME}{rank}",
             daemon=True,
         )
         # A Ctrl-C during the child's start-up (spawn: seconds of importing torch) cannot kill
@@ -116,6 +124,8 @@ class Supervisor:
                 proc.join()
                 del self.procs[rank]
                 self._close(rank)
+                if proc.exitcode == UNGUARDED_EXIT:  # it re-ran an unguarded script: say so
+                    yield Failure(rank, UNGUARDED_KIND, unguarded_message(), "")
                 yield Exited(rank, proc.exitcode)
 
     def _drain(self, rank: int) -> Iterator[Any]:

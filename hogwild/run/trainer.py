@@ -22,8 +22,9 @@ import torch
 from hogwild.config.schema import CheckpointConfig, ScheduleConfig, TrainerConfig, resolve_trainer
 from hogwild.data.base import DataSplits
 from hogwild.distributed.node import LocalNode, Node
+from hogwild.errors import PreflightError
 from hogwild.optim import shared_state
-from hogwild.process import forkserver, sharing, signals
+from hogwild.process import forkserver, main_guard, sharing, signals
 from hogwild.process.signals import SignalRelay
 from hogwild.protocol import Control, WorkerSpec
 from hogwild.reporting.text import plural
@@ -90,6 +91,14 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         """Train to the end (or to a failure or interrupt); returns the summary it wrote."""
+        # A spawn or forkserver worker re-running a script without a `__main__` guard: no
+        # second run inside it (no folder claimed, nothing written); its orchestrator says why.
+        if main_guard.bootstrapping():
+            main_guard.refuse_in_worker()
+        # ... and the orchestrator refuses such a script itself, when it can tell, before
+        # anything is written or started.
+        if main_guard.unguarded_main(self.cfg.start_method):
+            raise PreflightError(main_guard.unguarded_message())
         stack_dir = tempfile.mkdtemp(prefix="hogwild-stacks-")  # hung workers' stacks
         if self.setup is not None:  # the CLI's job: set up already, before torch's import
             try:
@@ -208,21 +217,29 @@ class Trainer:
         if plan.layout.channels_last:  # 4-D weights only; the shared data is laid out to match
             self.model.to(memory_format=torch.channels_last)
         self.model.zero_grad(set_to_none=True)  # each worker allocates its own grads
-        self.model.share_memory()  # CUDA tensors need no move: they are shared through CUDA IPC
+        # A failure to map a segment (the address-space limit: ulimit -v) is one line naming
+        # what could not be shared, and leaves nothing in /dev/shm (hogwild.process.sharing).
+        with sharing.translating_failures("the model", "a smaller model"):
+            self.model.share_memory()  # CUDA tensors need no move: shared through CUDA IPC
         home = plan.device if plan.data_on_device else torch.device("cpu")
-        task = self.workload.task(home, plan.layout)
+        with sharing.translating_failures("the training data", "a smaller data set"):
+            task = self.workload.task(home, plan.layout)
         state: shared_state.State = []
         if (
             self.shared_optimizer
         ):  # built on the device, in the layout, the workers' parameters have
-            state = shared_state.build(self.optimizer_factory, list(self.model.parameters()))
-            if (
-                self.node.is_writer and plan.resume_from
-            ):  # other nodes get rank 0's with the weights
-                shared_state.restore_or_warn(state, plan.optimizer_state, plan.resume_from)
-            shared_state.share(state)
+            with sharing.translating_failures(
+                "the shared optimizer state", "a per-worker optimizer state or a smaller model"
+            ):
+                state = shared_state.build(self.optimizer_factory, list(self.model.parameters()))
+                if (
+                    self.node.is_writer and plan.resume_from
+                ):  # other nodes get rank 0's with the weights
+                    shared_state.restore_or_warn(state, plan.optimizer_state, plan.resume_from)
+                shared_state.share(state)
             preflight.check_fds(plan.num_shared + len(shared_state.tensors(state)), self.cfg)
-        control = Control(self.cfg.num_workers)
+        with sharing.translating_failures("the control block", "fewer workers"):
+            control = Control(self.cfg.num_workers)
         if plan.progress is not None:
             control.progress.copy_(plan.progress)
         return task, control, state
