@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
+
+import psutil
 import pytest
 
-from support import SMALL, run_sweep, shm_entries, wait_until
+from support import SMALL, LeakCheck, run_sweep
 
 
 @pytest.fixture
 def no_leaks():
-    """Fails the test if it leaves a shared-memory entry behind."""
-    before = shm_entries()
-    yield
-    # torch_shm_manager unlinks file_system segments shortly after the last user exits
-    wait_until(lambda: not shm_entries() - before, timeout=3)
-    left = shm_entries() - before
-    assert not left, f"shared-memory entries left behind: {sorted(left)}"
+    """Fails the test if a process it started outlives it or leaves a /dev/shm entry behind.
+    Only the test's own processes are judged, not the machine's (support.LeakCheck says how):
+    other programs may run and use /dev/shm meanwhile."""
+    with LeakCheck() as check:
+        yield
+        processes, entries = check.leftovers(timeout=20)
+        running = []
+        for p in processes:
+            with contextlib.suppress(psutil.Error):  # it may exit just now
+                running.append((p.pid, " ".join(p.cmdline())))
+                p.kill()  # so that one test's leak does not spill into the next
+    assert not running, f"processes left running: {running}"
+    assert not entries, f"shared-memory entries left behind: {entries}"
 
 
 @pytest.fixture(scope="session")

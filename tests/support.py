@@ -7,9 +7,11 @@ import gzip
 import http.server
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -183,8 +185,10 @@ def wait_until(predicate, timeout: float, interval: float = 0.05) -> bool:
 
 
 def shm_entries() -> set[str]:
+    """Every name in /dev/shm: torch's torch_<pid>_*, multiprocessing's sem.mp-*/psm_*, and
+    whatever other programs on the machine keep there."""
     try:
-        return {e for e in os.listdir("/dev/shm") if e.startswith(("torch_", "sem.mp"))}
+        return set(os.listdir("/dev/shm"))
     except FileNotFoundError:
         return set()
 
@@ -224,6 +228,137 @@ def assert_nothing_left(tag: str) -> None:
     assert wait_until(lambda: not tagged_processes(tag), 10), [
         p.cmdline() for p in tagged_processes(tag)
     ]
+
+
+# ---- leaks: what one test's own processes leave behind ----
+
+OWNER_ENV = "HOGWILD_TEST_OWNER"
+TORCH_SEGMENT = re.compile(r"torch_(\d+)_")  # torch_<pid of the creator>_<...>
+
+
+def _environ_has(pid: int, entry: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return entry in f.read().split(b"\0")
+    except OSError:  # gone, a zombie (empty), or another user's
+        return False
+
+
+def _mapped_shm(pid: int) -> set[str]:
+    """The /dev/shm names process pid has mapped (a semaphore, a shared tensor, ...)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return {line.split("/dev/shm/", 1)[1].split()[0] for line in f if "/dev/shm/" in line}
+    except OSError:
+        return set()
+
+
+def _children() -> set[int]:
+    """The test process's live descendants (not zombies)."""
+    kids = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                kids.add(p.pid)
+        except psutil.Error:
+            pass
+    return kids
+
+
+class LeakCheck:
+    """What ONE test's own processes leave behind: processes still running, /dev/shm entries.
+
+    The machine is not the test's: other programs create and remove /dev/shm entries and start
+    processes while it runs, so a before/after diff of the whole machine fails on their work.
+    Only the test's own processes are judged, and everything else is ignored:
+
+    * Whose process? Inside the check os.environ holds OWNER_ENV=<fresh uuid>, which every
+      process the test starts inherits (`python -m hogwild`, its workers, fork server, resource
+      tracker, torch_shm_manager), wherever it is re-parented to, and /proc/<pid>/environ shows
+      it. The test process and its descendants are ours too (a fork that did not exec shows the
+      environment the test process started with, which lacks the tag).
+    * Whose /dev/shm entry? torch names a file_system segment torch_<pid>_..., pid its creator,
+      who may be gone by the end of the test (a killed worker, an orchestrator that exited). So
+      a sampler thread records every tagged pid every `interval` s while the test runs, and a
+      new torch_<pid>_ entry is ours when that pid ever was. Names without a pid (sem.mp-*,
+      psm_*) are ours when a process of ours had them mapped (/proc/<pid>/maps), looked up only
+      while such new names exist. Entries that existed before the test are never ours.
+
+    Limits, both far-fetched: a process of ours that lives less than `interval` goes unseen
+    (a worker imports torch: it lives seconds); a pid of ours reused by another program during
+    the test would make that program's torch_<pid>_ entries ours.
+    """
+
+    def __init__(self, interval: float = 0.05):
+        self.tag = uuid.uuid4().hex
+        self._entry = f"{OWNER_ENV}={self.tag}".encode()
+        self._interval = interval
+        self.pids = {os.getpid()}  # every process ever seen as ours, alive or not
+        self.mapped: set[str] = set()  # pid-less /dev/shm names a process of ours mapped
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample_until_stopped, daemon=True)
+
+    def __enter__(self) -> LeakCheck:
+        self._saved = os.environ.get(OWNER_ENV)
+        os.environ[OWNER_ENV] = self.tag
+        self.before = shm_entries()
+        self._children_before = _children()  # e.g. a session fixture's server: not this test's
+        self._sampler.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop_sampler()
+        if self._saved is None:
+            os.environ.pop(OWNER_ENV, None)
+        else:
+            os.environ[OWNER_ENV] = self._saved
+
+    def _sample_until_stopped(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._sample()
+
+    def _stop_sampler(self) -> None:
+        self._stop.set()
+        self._sampler.join()
+
+    def _sample(self, descendants: bool = False) -> set[int]:
+        """Record the processes of ours alive now, and return them (the test process aside).
+        descendants: also walk the process tree (a few ms: at the end only, not every tick)."""
+        live = set()
+        for name in os.listdir("/proc"):
+            if name.isdigit() and _environ_has(int(name), self._entry):
+                live.add(int(name))
+        if descendants:
+            live |= _children() - self._children_before
+        live.discard(os.getpid())
+        self.pids |= live
+        nameless = {e for e in shm_entries() - self.before if not TORCH_SEGMENT.match(e)}
+        if nameless:  # rare: read mappings only when there is a pid-less name to attribute
+            for pid in live | {os.getpid()}:
+                self.mapped |= nameless & _mapped_shm(pid)
+        return live
+
+    def _entries(self) -> set[str]:
+        def ours(name: str) -> bool:
+            creator = TORCH_SEGMENT.match(name)
+            return name in self.mapped or (creator is not None and int(creator[1]) in self.pids)
+
+        return {e for e in shm_entries() - self.before if ours(e)}
+
+    def leftovers(self, timeout: float) -> tuple[list[psutil.Process], list[str]]:
+        """Our processes still running and our /dev/shm entries still there, each after waiting
+        up to `timeout` s for them to go. Processes first: torch_shm_manager (one of ours)
+        unlinks file_system segments once their last user has exited."""
+        self._stop_sampler()  # from here on this thread samples, so nothing races on the sets
+        wait_until(lambda: not self._sample(descendants=True), timeout)
+        processes = []
+        for pid in self._sample(descendants=True):
+            try:
+                processes.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:  # went just now
+                pass
+        wait_until(lambda: not self._entries(), timeout)
+        return processes, sorted(self._entries())
 
 
 def free_port() -> int:

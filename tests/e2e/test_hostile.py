@@ -26,6 +26,7 @@ from support import (
     run_cli,
     shm_entries,
     start_run,
+    tagged_processes,
     tensorboard_tags,
     wait_until,
 )
@@ -277,12 +278,12 @@ def test_file_system_segments_are_removed_even_without_torch_shm_manager(tmp_pat
         "trainer.sharing_strategy=file_system",
         "model.step_seconds=0.05",
     )
-    managers = [
-        p
-        for p in psutil.process_iter(["name", "cmdline"])
-        if "torch_shm_manager" in " ".join(p.info["cmdline"] or [])
-    ]
-    for m in managers:
+
+    def own_managers():  # this run's (it inherited the tag), never another program's
+        return [p for p in tagged_processes(tag) if "torch_shm_manager" in " ".join(p.cmdline())]
+
+    assert wait_until(own_managers, timeout=60), "the run started no torch_shm_manager"
+    for m in own_managers():
         m.kill()
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
