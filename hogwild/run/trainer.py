@@ -95,19 +95,22 @@ class Trainer:
         # second run inside it (no folder claimed, nothing written); its orchestrator says why.
         if main_guard.bootstrapping():
             main_guard.refuse_in_worker()
-        # ... and the orchestrator refuses such a script itself, when it can tell, before
-        # anything is written or started.
-        if main_guard.unguarded_main(self.cfg.start_method):
+        # ... and the Python API refuses such a script itself, when it can tell, before anything
+        # is written or started (the CLI's own entry points are guarded).
+        if self.setup is None and main_guard.unguarded_main(self.cfg.start_method):
             raise PreflightError(main_guard.unguarded_message())
         stack_dir = tempfile.mkdtemp(prefix="hogwild-stacks-")  # hung workers' stacks
-        if self.setup is not None:  # the CLI's job: set up already, before torch's import
-            try:
+        try:
+            if self.setup is not None:  # the CLI's job: set up already, before torch's import
                 return self._fit(self.setup, stack_dir)
-            finally:
-                shutil.rmtree(stack_dir, ignore_errors=True)
-        # The Python API: the run sets itself up, as the CLI does for a job. Signals from here;
-        # one run per folder (hogwild.run.folder), claimed by the node that writes; the fork
-        # server boots while pre-flight checks the run.
+            return self._set_up_and_fit(stack_dir)
+        finally:
+            shutil.rmtree(stack_dir, ignore_errors=True)
+
+    def _set_up_and_fit(self, stack_dir: str) -> dict[str, Any]:
+        """The Python API: the run sets itself up, as the CLI does for a job. Signals from here;
+        one run per folder (hogwild.run.folder), claimed by the node that writes; the fork
+        server boots while pre-flight checks the run."""
         setup = RunSetup.for_python_api(self.started_at)
         previous = signals.install()
         try:
@@ -120,7 +123,6 @@ class Trainer:
                 return self._fit(setup, stack_dir)
         finally:
             signals.restore(previous)
-            shutil.rmtree(stack_dir, ignore_errors=True)
 
     def _fit(self, setup: RunSetup, stack_dir: str) -> dict[str, Any]:
         t_fit = time.monotonic()

@@ -38,6 +38,20 @@ def start_sweep(tmp_path):
     return proc, sweep_dir, tag
 
 
+def interrupt_when(proc, ready) -> tuple[str, str]:
+    """Ctrl-C to the sweep's process group once `ready()` (an event in its folder), never a
+    fixed wait; (stdout, stderr) once it has ended. Killed if it outlives the test."""
+    try:
+        assert wait_until(lambda: ready() or proc.poll() is not None, 300)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        os.killpg(proc.pid, signal.SIGINT)
+        return proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
 def table_rows(out: str) -> dict[str, list[str]]:
     """The sweep table's rows by job number: the cells split on runs of 2+ spaces."""
     import re
@@ -50,19 +64,9 @@ def table_rows(out: str) -> dict[str, list[str]]:
 
 def test_ctrl_c_during_the_second_job_stops_the_sweep_with_its_table(tmp_path, no_leaks):
     proc, sweep_dir, tag = start_sweep(tmp_path)
-    try:
-        # job 1 (folder 1/) is training once its TensorBoard folder exists: the run took its
-        # signals before it made it
-        started = wait_until(
-            lambda: (sweep_dir / "1" / "tensorboard").exists() or proc.poll() is not None, 300
-        )
-        assert started and proc.poll() is None, proc.communicate()[1][-3000:]
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+    # job 1 (folder 1/) is training once its TensorBoard folder exists: the run took its
+    # signals before it made it
+    out, err = interrupt_when(proc, lambda: (sweep_dir / "1" / "tensorboard").exists())
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in out + err
     assert read_summary(sweep_dir / "0")["status"] == "completed"
@@ -79,18 +83,8 @@ def test_ctrl_c_during_the_second_job_stops_the_sweep_with_its_table(tmp_path, n
 
 def test_ctrl_c_before_the_first_job_started_writes_nothing(tmp_path, no_leaks):
     proc, sweep_dir, tag = start_sweep(tmp_path)
-    try:
-        # the first job's first line: it is validated, its torch is being imported
-        assert wait_until(
-            lambda: (sweep_dir / "0" / "train.log").exists() or proc.poll() is not None, 300
-        )
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+    # the first job's first line: it is validated, its torch is being imported
+    out, err = interrupt_when(proc, lambda: (sweep_dir / "0" / "train.log").exists())
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in out + err
     if "nothing was written" in out:  # the usual case: torch was still being imported
