@@ -18,6 +18,15 @@ is started, and an ignored disposition survives fork and exec (Python keeps it).
 meanwhile waits in the receiver and is acted on when the child is out. Nothing is ever raised
 inside what the orchestrator is doing while a run is live. SIGHUP also points stdout and stderr
 at /dev/null: the terminal is gone, and a write to it would fail.
+
+Where. An exception raised at an arbitrary instruction can leave a library's state broken: in
+importlib's own code it left the import lock held (every later import hung: a sweep stuck for
+good), in OmegaConf or logging a half-made node or a held handler lock. `Interrupted` is raised
+only where the main thread runs hogwild's code or code it calls that keeps no such state (torch's
+import, a data set's build, the user's factories); inside the libraries in `NOT_INSIDE`, inside
+importlib's machinery or the receiver itself, the signal waits and is tried again a moment later
+(`RETRY_SECONDS`). One swallowed by a callback (Python ignores exceptions from weakref callbacks
+and `__del__`) is tried again too (`Receiver.unraisable`).
 """
 
 from __future__ import annotations
@@ -26,11 +35,17 @@ import _thread
 import contextlib
 import os
 import signal
+import sys
 import threading
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TERMINAL = (signal.SIGINT, signal.SIGHUP)  # what a terminal sends to the whole process group
+# Top-level packages whose code `Interrupted` is never raised in, called from hogwild: the
+# CLI's config layer and logging (see "Where" above).
+NOT_INSIDE = frozenset({"omegaconf", "hydra", "yaml", "antlr4", "logging"})
+RETRY_SECONDS = 0.02  # a signal that waits for the main thread to leave such code
+IDLE_SECONDS = 0.25  # how often the receiver looks for one (at most this late)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -68,15 +83,18 @@ class Receiver:
     """Where signals arrive: the receiver thread (sigwait) or, for a thread that does not block
     them, the Python handler in the main thread. Each goes to the open SignalRelay, or is raised
     in the main thread as `Interrupted` (the receiver asks `_thread.interrupt_main` to run the
-    handler there at its next instruction)."""
+    handler there at its next instruction, and again while that instruction is not a place to
+    raise it: `interruptible`)."""
 
     def __init__(self):
         self.relays: list[SignalRelay] = []
         self.deferred: list[int] = []  # signals to raise in the main thread
         self.forwarded = 0  # interrupt_main calls not yet handled there
+        self.retry: int | None = None  # a signal to hand to the main thread again (lock-free)
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.stopping = False
+        self.unraisable_hook = sys.unraisablehook  # the one `install` replaced
 
     def start(self) -> None:
         self.stopping = False
@@ -86,20 +104,32 @@ class Receiver:
     def stop(self) -> None:
         if self.thread is None:
             return
-        self.stopping = True
-        signal.pthread_kill(self.thread.ident, signal.SIGTERM)  # wakes its sigwait
+        with self.lock:
+            self.stopping = True  # no retry reaches the handlers `restore` puts back
+        signal.pthread_kill(self.thread.ident, signal.SIGTERM)  # wakes its wait
         self.thread.join(timeout=5)
         self.thread = None
 
     def _run(self) -> None:
         while True:
-            signum = signal.sigwait(SIGNALS)
+            waited = signal.sigtimedwait(
+                SIGNALS, RETRY_SECONDS if self.retry is not None else IDLE_SECONDS
+            )
             if self.stopping:
                 return
-            if self._take(signum):
+            if waited is None:
+                self._forward_retry()
+                continue
+            if self._take(waited.si_signo):
                 with self.lock:
                     self.forwarded += 1
-                _thread.interrupt_main(signum)
+                _thread.interrupt_main(waited.si_signo)
+
+    def _forward_retry(self) -> None:
+        signum, self.retry = self.retry, None
+        with self.lock:
+            if signum is not None and not self.stopping and not self.relays:
+                _thread.interrupt_main(signum)  # a flag for the main thread: no wait here
 
     def _take(self, signum: int) -> bool:
         """Record `signum`; True when the main thread must raise it."""
@@ -114,12 +144,23 @@ class Receiver:
 
     def on_main(self, signum: int, frame) -> None:
         """The Python handler of all three, run in the main thread."""
+        if not interruptible(frame):  # not here: again in a moment (no lock taken: the main
+            self.retry = signum  # thread may hold it, in this module's code)
+            return
         with self.lock:
             forwarded = self.forwarded > 0
             self.forwarded -= forwarded
         if not forwarded and not self._take(signum):
             return
         self.raise_deferred()
+
+    def unraisable(self, info) -> None:
+        """sys.unraisablehook while installed: an `Interrupted` that a callback swallowed (Python
+        only reports those) is raised again, from the next place it may be."""
+        if isinstance(info.exc_value, Interrupted):
+            self.retry = info.exc_value.signum  # not deferred any more: taken anew then
+            return
+        self.unraisable_hook(info)
 
     def raise_deferred(self) -> None:
         with self.lock:
@@ -140,6 +181,25 @@ class Receiver:
             self.relays.remove(relay)
 
 
+def interruptible(frame) -> bool:
+    """Whether `Interrupted` may be raised at `frame`, the main thread's next instruction: not
+    in this module (it holds the receiver's lock), nor as the first thing inside importlib's
+    machinery (its locks), nor anywhere inside a NOT_INSIDE library called from the code that
+    runs, up to the first frame of hogwild's own."""
+    innermost = True
+    while frame is not None:
+        module = frame.f_globals.get("__name__") or ""
+        top = module.partition(".")[0]
+        if module == __name__ or top in NOT_INSIDE:
+            return False
+        if innermost and module.startswith("importlib._bootstrap"):
+            return False
+        if top == "hogwild":
+            return True
+        innermost, frame = False, frame.f_back
+    return True
+
+
 def receiver() -> Receiver | None:
     """The receiver `install` put in place, found where the process keeps it: the Python
     handler of SIGTERM is its bound method (SIGTERM: `born_deaf` leaves it in place). None when
@@ -157,7 +217,9 @@ def install() -> dict[str, Any]:
     previous = {
         "handlers": {s: signal.signal(s, taker.on_main) for s in SIGNALS},
         "mask": signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS)),
+        "unraisablehook": sys.unraisablehook,
     }
+    sys.unraisablehook = taker.unraisable
     taker.start()
     return previous
 
@@ -171,6 +233,7 @@ def restore(previous: dict[str, Any]) -> None:
     for s, old in previous["handlers"].items():
         signal.signal(s, signal.SIG_DFL if old is None else old)
     signal.pthread_sigmask(signal.SIG_SETMASK, previous["mask"])
+    sys.unraisablehook = previous["unraisablehook"]
 
 
 @contextlib.contextmanager

@@ -47,6 +47,74 @@ def test_during_a_run_signals_are_recorded_not_raised(installed):
         assert relay.drain() == [signal.SIGTERM, signal.SIGINT] and relay.pending == []
 
 
+def in_module(name: str, source: str):
+    """The function `f` of `source`, as if defined in the module `name`."""
+    namespace = {"__name__": name, "sys": sys}
+    exec(source, namespace)
+    return namespace["f"]
+
+
+def test_where_interrupted_may_be_raised():
+    here = in_module("x", "def f():\n    return sys._getframe()")
+    assert signals.interruptible(here())  # the user's code, torch's import, a test
+    machinery = in_module("importlib._bootstrap", "def f():\n    return sys._getframe()")
+    assert not signals.interruptible(machinery())  # its own locks: the import lock held for good
+    for library in ("omegaconf.dictconfig", "hydra._internal.utils", "logging", "yaml.emitter"):
+        inner = in_module(library, "def f():\n    return sys._getframe()")
+        assert not signals.interruptible(inner())
+        # ... nor in what such a library calls, up to hogwild's own code, where it may again
+        called = in_module("copy", "def f(g):\n    return g()")
+        assert not signals.interruptible(
+            in_module(library, "def f(g, h):\n    return g(h)")(called, here)
+        )
+    ours = in_module("hogwild.cli.job", "def f(g, h):\n    return g(h)")
+    assert signals.interruptible(ours(in_module("torch", "def f(g):\n    return g()"), here))
+
+
+def test_a_signal_inside_a_library_waits_until_the_main_thread_is_out(installed, monkeypatch):
+    refused = []
+
+    def counting(frame):
+        allowed = signals.interruptible.__wrapped__(frame)
+        refused.extend([] if allowed else [frame])
+        return allowed
+
+    counting.__wrapped__ = signals.interruptible
+    monkeypatch.setattr(signals, "interruptible", counting)
+    busy = in_module(
+        "omegaconf.busy",
+        "def f(done):\n    while not done():\n        sum(range(1000))\n    return 'out'",
+    )
+    deadline = time.monotonic() + 30
+    signal.pthread_kill(signals.receiver().thread.ident, signal.SIGINT)
+    # refused three times (tried again every RETRY_SECONDS), then raised once out
+    assert busy(lambda: len(refused) >= 3 or time.monotonic() > deadline) == "out"
+    assert len(refused) >= 3
+    with pytest.raises(signals.Interrupted) as info:
+        while time.monotonic() < deadline:
+            sum(range(1000))
+    assert info.value.signum == signal.SIGINT
+
+
+def test_one_a_callback_swallowed_is_raised_again(installed):
+    import weakref
+
+    class Thing:
+        pass
+
+    def callback(ref):  # Python reports this one to sys.unraisablehook and goes on
+        raise signals.Interrupted(signal.SIGTERM)
+
+    thing = Thing()
+    ref = weakref.ref(thing, callback)
+    with pytest.raises(signals.Interrupted) as info:
+        del thing
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            sum(range(1000))
+    assert info.value.signum == signal.SIGTERM and ref() is None
+
+
 def test_every_thread_blocks_them_and_restore_gives_them_back():
     before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
     previous = signals.install()
