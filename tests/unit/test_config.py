@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,19 @@ def test_auto_workers_and_threads_follow_usable_cores():
     run = run_config(["trainer.num_workers=auto", "trainer.threads_per_worker=auto"])
     assert run.trainer.num_workers == usable_cores()
     assert run.trainer.threads_per_worker == 1
+    assert run_config().trainer.threads_per_worker == 1  # the default: auto is opt-in
+
+
+def test_auto_threads_count_only_the_cores_other_work_leaves_idle(monkeypatch):
+    from hogwild.config import schema
+
+    monkeypatch.setattr(schema, "usable_cores", lambda: 8)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.0, 0.0))  # a quiet machine
+    assert run_config(["trainer.threads_per_worker=auto"]).trainer.threads_per_worker == 4
+    monkeypatch.setattr(os, "getloadavg", lambda: (4.7, 0.0, 0.0))  # 4 cores busy elsewhere
+    assert run_config(["trainer.threads_per_worker=auto"]).trainer.threads_per_worker == 2
+    monkeypatch.setattr(os, "getloadavg", lambda: (30.0, 0.0, 0.0))
+    assert run_config(["trainer.threads_per_worker=auto"]).trainer.threads_per_worker == 1
 
 
 @pytest.mark.parametrize(
