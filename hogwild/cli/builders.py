@@ -13,12 +13,21 @@ from typing import Any
 
 import torch
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_object, instantiate
 
+from hogwild.config.checks import check_arguments
 from hogwild.errors import ConfigError, HogwildError
 
 
 def _instantiate(section: str, values: Mapping[str, Any], **kwargs: Any) -> Any:
+    """`values` built; a key the target does not take, or a value of the wrong type for its
+    annotation, is refused naming the key first (hogwild.config.checks.check_arguments)."""
+    try:
+        target = get_object(values["_target_"])
+    except (ImportError, AttributeError, ValueError):  # instantiate says what is wrong below
+        target = None
+    if callable(target):
+        check_arguments(section, dict(values), target, supplied=kwargs)
     try:
         return instantiate(dict(values), _convert_="all", **kwargs)
     except InstantiationException as e:

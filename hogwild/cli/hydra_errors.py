@@ -25,6 +25,7 @@ def describe(e: BaseException, overrides: list[str], config_dir: str) -> str | N
         ConfigCompositionException,
         MissingConfigException,
         OverrideParseException,
+        SearchPathException,
     )
     from omegaconf.errors import OmegaConfBaseException
 
@@ -42,6 +43,10 @@ def describe(e: BaseException, overrides: list[str], config_dir: str) -> str | N
         return _first_line(e)
     if isinstance(e, OmegaConfBaseException):
         return _first_line(e)
+    if isinstance(e, SearchPathException):  # --config-dir / -cd: a folder that is not there
+        match = re.search(r"directory '([^']*)' not found", str(e))
+        folder = match.group(1) if match else _first_line(e)
+        return f"--config-dir {folder}: no such folder (give a folder of YAML config groups)"
     return None
 
 

@@ -146,3 +146,100 @@ def check_fields(section: str, values: Any, cls: type) -> dict[str, Any]:
         name: fields[name].metadata["check"](f"{section}.{name}", value)
         for name, value in merged.items()
     }
+
+
+def check_arguments(section: str, values: dict[str, Any], target: Callable, supplied=()) -> None:
+    """A `_target_` section against what its target takes (a class's `__init__`, a function):
+    a key it has no parameter for is refused with the closest one, and a value that does not
+    match a plain annotation (int, float, bool, str, a sequence of them, Optional) names the key,
+    the value and the type, before the target is called with it. `supplied`: the arguments the
+    framework passes itself (a model's input_shape, ...). Whatever cannot be read is left to
+    the call."""
+    import inspect
+    import typing
+
+    try:
+        parameters = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return
+    named = [
+        name
+        for name, p in parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in supplied
+    ]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    given = {k: v for k, v in values.items() if not k.startswith("_")}
+    for key, value in given.items():
+        if key not in parameters and not takes_any:
+            raise unknown_key(section, key, value, [n for n in named if n != "params"])
+    try:
+        init = target.__init__ if isinstance(target, type) else target
+        hints = typing.get_type_hints(init)
+    except (NameError, TypeError, AttributeError, SyntaxError):  # the call says what is wrong
+        return
+    for key, value in given.items():
+        hint = hints.get(key)
+        if hint is not None and _matches(value, hint) is False:
+            whose = f"the {key} of {target.__module__}.{target.__qualname__}"
+            yaml = any(isinstance(v, str) and "- " in v for v in _items(value))
+            hint_line = "; a YAML list has one '- item' per line, all at one indentation"
+            raise refuse(
+                f"{section}.{key}",
+                value,
+                f"expected {_spoken(hint)} ({whose}){hint_line if yaml else ''}",
+            ) from None
+
+
+def _items(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _matches(value: Any, hint: Any) -> bool | None:
+    """Whether `value` (from YAML) fits `hint`; None when the hint is beyond these plain cases."""
+    import types
+    import typing
+    from collections.abc import Sequence as AbstractSequence
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if origin in (typing.Union, types.UnionType):
+        fits = [_matches(value, a) for a in args]
+        return True if any(fits) else (None if None in fits else False)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin in (list, tuple, AbstractSequence, typing.Sequence) or hint in (list, tuple):
+        if not isinstance(value, list | tuple):
+            return False
+        items = [a for a in args if a is not Ellipsis]
+        if len(items) != 1:
+            return None if items else True
+        fits = [_matches(v, items[0]) for v in value]
+        return False if False in fits else (None if None in fits else True)
+    return None
+
+
+def _spoken(hint: Any) -> str:
+    """`Sequence[int]` -> 'a list of integers', for the refusal's line."""
+    import typing
+
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    plural = {int: "integers", float: "numbers", bool: "booleans", str: "strings"}
+    if hint in names:
+        return names[hint]
+    args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+    if hint is type(None):
+        return "null"
+    if typing.get_origin(hint) in (typing.Union, __import__("types").UnionType):
+        return " or ".join(_spoken(a) for a in args)
+    if len(args) == 1 and args[0] in plural:
+        return f"a list of {plural[args[0]]}"
+    return getattr(hint, "__name__", str(hint))

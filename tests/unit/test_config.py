@@ -220,3 +220,19 @@ def test_the_configuration_reference_is_current():
     assert path.read_text() == config_docs.render(), (
         "docs/configuration.md is out of date: python -m hogwild.cli.config_docs > docs/configuration.md"
     )
+
+
+def test_every_shipped_section_passes_the_check_of_what_its_target_takes():
+    from hogwild.config.checks import check_arguments
+
+    supplied = ("input_shape", "num_classes", "num_users", "num_items", "num_features")
+    checked = 0
+    for group in ("data", "model", "optimizer", "env"):
+        for path in sorted((CONFIGS / group).glob("*.yaml")):
+            values = compose(
+                [f"+{group}={path.stem}"] if group == "env" else [f"{group}={path.stem}"]
+            )[group]
+            values = {k: v for k, v in values.items() if k not in ("batch_size", "shared")}
+            check_arguments(group, values, get_object(values["_target_"]), supplied)
+            checked += 1
+    assert checked >= 15

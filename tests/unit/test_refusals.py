@@ -110,6 +110,28 @@ def test_a_yaml_syntax_error_is_one_line_with_file_and_line(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "yaml_text, fragments",
+    [  # a list item indented one space more: YAML reads the string '64 - 32'
+        (
+            "hidden_sizes:\n- 64\n - 32\n",
+            ["model.hidden_sizes=['64 - 32']", "a list of integers", "one '- item' per line"],
+        ),
+        ("hiden_sizes: [64]\n", ["did you mean model.hidden_sizes?"]),  # a key of your own config
+        ("hidden_sizes: 64\n", ["model.hidden_sizes=64", "expected a list of integers"]),
+    ],
+)
+def test_a_value_of_your_own_config_is_checked_against_what_its_target_takes(
+    tmp_path, yaml_text, fragments
+):
+    configs = tmp_path / "extra" / "model"
+    configs.mkdir(parents=True)
+    (configs / "mine.yaml").write_text("_target_: hogwild.models.MLP\n" + yaml_text)
+    run_dir = tmp_path / "run"
+    result = cli_here([f"hydra.searchpath=[file://{tmp_path / 'extra'}]", "model=mine"], run_dir)
+    assert_refused_cleanly(result, run_dir, *fragments)
+
+
+@pytest.mark.parametrize(
     "override, hint",
     [
         ("hydra.run.dir=runs/é_only", "'hydra.run.dir=\"runs/é_only\"'"),
@@ -137,3 +159,9 @@ def test_a_sweep_value_hydra_cannot_read_gets_no_quoting_hint(tmp_path):
     run_dir = tmp_path / "run"
     line = assert_refused_cleanly(cli_here(["+model.note=1,é"], run_dir), run_dir)
     assert "cannot read the override '+model.note=1,é'" in line and "quote" not in line
+
+
+def test_a_config_dir_that_is_not_there_is_one_line(tmp_path):
+    run_dir, missing = tmp_path / "run", tmp_path / "missing"
+    result = cli_here(["--config-dir", str(missing)], run_dir)
+    assert_refused_cleanly(result, run_dir, f"--config-dir {missing}: no such folder")
