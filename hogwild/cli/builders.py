@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 from hydra.errors import InstantiationException
-from hydra.utils import get_object, instantiate
+from hydra.utils import instantiate
 
 from hogwild.config.checks import check_arguments
 from hogwild.errors import ConfigError, HogwildError
@@ -22,10 +22,7 @@ from hogwild.errors import ConfigError, HogwildError
 def _instantiate(section: str, values: Mapping[str, Any], **kwargs: Any) -> Any:
     """`values` built; a key the target does not take, or a value of the wrong type for its
     annotation, is refused naming the key first (hogwild.config.checks.check_arguments)."""
-    try:
-        target = get_object(values["_target_"])
-    except (ImportError, AttributeError, ValueError):  # instantiate says what is wrong below
-        target = None
+    target = _locate(str(values.get("_target_")))
     if callable(target):
         check_arguments(section, dict(values), target, supplied=kwargs)
     try:
@@ -40,6 +37,26 @@ def _instantiate(section: str, values: Mapping[str, Any], **kwargs: Any) -> Any:
         raise ConfigError(
             f"{section} ({values.get('_target_')}) could not be built: {reason[-1] if reason else e}"
         ) from None
+
+
+def _locate(path: str) -> Any:
+    """The object a `_target_` names, or None when it cannot be imported (instantiate then says
+    why, in one line; hydra's get_object would also log an error line of its own)."""
+    import importlib
+
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:i]))
+        except (ImportError, SyntaxError, ValueError):
+            continue
+        try:
+            for attr in parts[i:]:
+                found = getattr(found, attr)
+        except AttributeError:
+            return None
+        return found
+    return None
 
 
 def build_data(values: Mapping[str, Any]):

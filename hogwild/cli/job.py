@@ -29,6 +29,7 @@ def run_job(
     finished: list,
     started_at: float | None = None,
     late_signals: list[int] | None = None,
+    resumed=None,
 ) -> int:
     """One training run from a composed config; returns the process exit code. `setup` is the
     job's RunSetup without its claim (made here), `ahead` the fork server the CLI started
@@ -36,6 +37,7 @@ def run_job(
     into `finished`, which the CLI keeps until os._exit: freeing a file_system shared tensor
     after torch_shm_manager was killed aborts the process ("terminate called ... Broken
     pipe"); the kernel frees them at exit, and hogwild.process.sharing unlinks their names.
+    `resumed`: the run this one continues, whose own overrides were composed (hogwild.cli.resume).
     A signal after summary.json (during the report) leaves the run's exit code as it is; it
     goes into `late_signals`, so that a sweep starts no further job (hogwild.cli.sweep)."""
     from hydra.core.hydra_config import HydraConfig
@@ -64,6 +66,8 @@ def run_job(
             plural(run.trainer.num_workers, "worker"),
             run.trainer.start_method,
         )
+        if resumed is not None:
+            _say_resumed(resumed, OmegaConf.to_container(cfg, resolve=False))
         trainer = _train(
             run, raw, setup, ahead, started_at, lambda: _save_hydra_files(cfg, output_dir)
         )
@@ -81,6 +85,20 @@ def run_job(
         if late_signals is not None:
             late_signals.append(e.signum)
         return trainer.summary.exit_code
+
+
+def _say_resumed(resumed, composed: dict) -> None:
+    """One line: the run continued, with the config it ran with, and what differs now."""
+    from hogwild.cli.resume import changes
+
+    own = " ".join(resumed.own) or "no overrides"
+    changed = changes(resumed.folder, composed)
+    log.info(
+        "continuing %s with the config it ran with (%s)%s",
+        resumed.folder,
+        own,
+        f"; changed: {', '.join(changed)}" if changed else "",
+    )
 
 
 def _check_writable(output_dir: str, key: str) -> None:
@@ -172,6 +190,7 @@ def _start(run, raw: dict, setup, ahead, started_at: float | None, save_config):
     import contextlib
 
     from hogwild.process import forkserver
+    from hogwild.run import preflight
     from hogwild.run.folder import Claim
 
     timeline = setup.timeline
@@ -199,6 +218,9 @@ def _start(run, raw: dict, setup, ahead, started_at: float | None, save_config):
                 claim = setup.claim = Claim(run.output_dir)
         with claim or contextlib.nullcontext():
             if node.is_writer:
+                # a folder this run may not write is refused before its record is touched:
+                # `.hydra/` of a finished run stays as that run wrote it
+                preflight.check_folder(run.output_dir, run.resume_from)
                 save_config()
             return _fit(run, raw, setup, started_at, node)
     finally:
@@ -247,6 +269,12 @@ def _tag_log_lines(tag: str) -> None:
         handler.addFilter(Tag())
 
 
+def _shown(folder: str) -> str:
+    """A folder as the report shows it: relative to here unless it lies above."""
+    rel = os.path.relpath(folder)
+    return folder if rel.startswith("..") else rel
+
+
 def _print_report(trainer) -> int:
     """The few lines a user reads at the end of a run (rank 0's; the other nodes say one)."""
     node = trainer.node
@@ -258,6 +286,11 @@ def _print_report(trainer) -> int:
         )
         return summary.exit_code
     failure, lines = summary.console_lines(trainer.output_dir)
+    if summary.status != "completed" and not summary.distributed:
+        if os.path.exists(os.path.join(trainer.output_dir, "checkpoints", "last.pt")):
+            from hogwild.cli.resume import command
+
+            lines.append(f"  {'resume with':<14} {command(_shown(trainer.output_dir))}")
     if failure:
         print(failure, file=sys.stderr)
     try:

@@ -116,8 +116,12 @@ def train(overrides: list[str], finished: list) -> int:
 
 
 def _hydra_main(overrides: list[str], finished: list) -> int:
+    from hogwild.cli import resume
     from hogwild.process.forkserver import ServerAhead
 
+    resumed = resume.with_own_overrides(overrides)  # resume_from: the run's own config back
+    if resumed is not None:
+        overrides = resumed.overrides
     saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["hogwild train", *overrides]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing them
@@ -127,7 +131,7 @@ def _hydra_main(overrides: list[str], finished: list) -> int:
             # a run, not --cfg or --help: its fork server's imports are the longest part of
             # the start-up, so they begin before Hydra's import and compose (hogwild.process.forkserver)
             ahead = ServerAhead.start()
-        return _compose_and_run(overrides, ahead, finished)
+        return _compose_and_run(overrides, ahead, finished, resumed)
     finally:
         ahead.stop_unless_kept()  # no config kept it: a refused or interrupted run
         sys.argv = saved_argv
@@ -137,7 +141,7 @@ def _hydra_main(overrides: list[str], finished: list) -> int:
             os.environ["HYDRA_FULL_ERROR"] = saved_full_error
 
 
-def _compose_and_run(overrides: list[str], ahead, finished: list) -> int:
+def _compose_and_run(overrides: list[str], ahead, finished: list, resumed=None) -> int:
     import hydra
 
     from hogwild.cli import job as cli_job
@@ -173,7 +177,7 @@ def _compose_and_run(overrides: list[str], ahead, finished: list) -> int:
             # one job, and the process exits after it: the final evaluation may use every core
             setup = RunSetup(timeline, last_run_in_process=not multirun)
             late: list[int] = []  # a signal during the job's report: no further job starts
-            code = cli_job.run_job(cfg, setup, ahead, finished, started_at, late)
+            code = cli_job.run_job(cfg, setup, ahead, finished, started_at, late, resumed)
             exit_codes.append(code)
             if multirun:
                 sweep.ran(code, late)

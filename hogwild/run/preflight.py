@@ -68,7 +68,8 @@ def check_folder(output_dir: str, resume_from: str | None, overwrite: bool = Fal
     if resume_from == "auto" and summary_status(summary) == "completed":
         raise HogwildError(
             f"resume_from=auto: {output_dir} already holds a completed run "
-            "(summary.json); auto continues only a run that did not complete"
+            "(summary.json); auto continues only a run that did not complete (to train it "
+            "on: resume_from=<its checkpoints/last.pt> trainer.epochs=<more>, in a new folder)"
         )
 
 

@@ -101,5 +101,46 @@ def test_another_data_set_is_named_as_the_reason_a_resume_is_refused(tmp_path):
     assert run_cli([*SMALL, "trainer.start_method=fork"], first).returncode == 0
     ckpt = first / "checkpoints" / "last.pt"
     run_dir = tmp_path / "second"
-    result = run_cli(["trainer.start_method=fork", f"resume_from={ckpt}"], run_dir)  # digits
+    # the run's own overrides come back (data=synthetic, ...): another data set is asked for
+    result = run_cli(["trainer.start_method=fork", "data=digits", f"resume_from={ckpt}"], run_dir)
     refused(result, run_dir, "data set 'synthetic'", "data set 'digits'")
+
+
+def test_ctrl_c_then_the_printed_command_resumes_the_run_as_it_was_and_can_extend_it(tmp_path):
+    """Resume is one command (issue 30): the interrupted run prints it; it trains the run's
+    own epochs with its own overrides; given now, trainer.epochs=3 extends it, and says so."""
+    import shlex
+    import signal
+    import subprocess
+    import sys
+
+    from support import cli_env, start_run
+
+    proc, run_dir, _ = start_run(tmp_path, "trainer.start_method=fork", "trainer.epochs=2")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and read_summary(run_dir)["status"] == "interrupted"
+    line = next(line for line in out.splitlines() if line.strip().startswith("resume with"))
+    command = shlex.split(line.split("resume with", 1)[1])
+    assert command[:4] == ["python", "-m", "hogwild", "train"], command
+    assert command[4:] == ["hydra.run.dir=run", "resume_from=auto"]  # run_dir, from its cwd
+    first_hydra = (run_dir / ".hydra" / "overrides.yaml").read_text()
+    # the printed command, with faster steps (the run's own +model.step_seconds=0.2 replaced)
+    again = subprocess.run(
+        [sys.executable, *command[1:], "model.step_seconds=0.001"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=cli_env(),
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "continuing run with the config it ran with (" in again.stderr
+    assert "changed: model.step_seconds 0.2 -> 0.001" in again.stderr
+    s = read_summary(run_dir)
+    assert s["status"] == "completed" and s["epochs"] == 2 and s["samples_seen"] == 2 * 20000
+    assert "trainer.epochs=2" in first_hydra
+    # (a completed run is extended into a new folder, from its checkpoint)
+    more = tmp_path / "more"
+    ckpt = run_dir / "checkpoints" / "last.pt"
+    third = run_cli(["model.step_seconds=0.001", f"resume_from={ckpt}", "trainer.epochs=3"], more)
+    assert third.returncode == 0, third.stderr[-3000:]
+    # the resumed run's config is the folder's record now (step_seconds=0.001 included)
+    assert "; changed: trainer.epochs 2 -> 3\n" in third.stderr
+    assert read_summary(more)["samples_seen"] == 3 * 20000

@@ -165,3 +165,19 @@ def test_a_config_dir_that_is_not_there_is_one_line(tmp_path):
     run_dir, missing = tmp_path / "run", tmp_path / "missing"
     result = cli_here(["--config-dir", str(missing)], run_dir)
     assert_refused_cleanly(result, run_dir, f"--config-dir {missing}: no such folder")
+
+
+@pytest.mark.parametrize("resume", [[], ["resume_from=auto"]])
+def test_a_refused_run_leaves_the_finished_runs_record_as_it_was(tmp_path, resume):
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    record = {
+        "summary.json": '{"status": "completed"}',
+        ".hydra/config.yaml": "trainer:\n  epochs: 2\n",
+        ".hydra/overrides.yaml": "- trainer.epochs=2\n",
+    }
+    for name, text in record.items():
+        (run_dir / name).write_text(text)
+    result = cli_here(["trainer.epochs=1", *resume], run_dir)
+    assert result.returncode == 2 and "already holds a" in result.stderr, result.stderr
+    assert {name: (run_dir / name).read_text() for name in record} == record

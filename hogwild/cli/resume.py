@@ -1,0 +1,117 @@
+"""Resume is one command: a run continued with `resume_from` gets the config it ran with.
+
+    hogwild train hydra.run.dir=runs/a trainer.epochs=2       # Ctrl-C
+    hogwild train hydra.run.dir=runs/a resume_from=auto       # 2 epochs, as the run had
+    hogwild train hydra.run.dir=runs/a resume_from=auto trainer.epochs=4   # changed: 2 -> 4
+
+The run being continued wrote its overrides to `.hydra/overrides.yaml` (hogwild.cli.job): they
+are composed again, and the overrides given now apply after them (a key given now replaces
+the run's own). The job then logs what differs from the run's `.hydra/config.yaml`. A folder
+without `.hydra/` (a Python API run) resumes with what is given now, as before.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Resumed:
+    folder: Path  # the run being continued
+    own: list[str]  # its overrides that still apply (those given now replace the rest)
+    overrides: list[str]  # what is composed: `own`, then what was given now
+
+
+def _key(override: str) -> str:
+    """`+experiment=mnist` -> `experiment`: the key an override sets (or removes)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _value(overrides: list[str], key: str) -> str | None:
+    values = [o.split("=", 1)[1] for o in overrides if "=" in o and _key(o) == key]
+    return values[-1] if values else None
+
+
+def continued_folder(overrides: list[str]) -> Path | None:
+    """The run folder `resume_from` continues: `hydra.run.dir` for `auto`, the run holding the
+    checkpoint for a path (<run>/checkpoints/last.pt); None when there is none to read."""
+    resume = _value(overrides, "resume_from")
+    if resume in (None, "", "null", "None"):
+        return None
+    if resume == "auto":
+        folder = _value(overrides, "hydra.run.dir")
+        return Path(folder) if folder else None
+    checkpoint = Path(resume.strip("'\""))
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+
+
+def with_own_overrides(overrides: list[str]) -> Resumed | None:
+    """The overrides to compose for a resume: the continued run's own first (its `hydra.*` and
+    `resume_from` aside), then those given now, which win key by key. None: not a resume, a
+    sweep, or no `.hydra/overrides.yaml` to read (then nothing changes)."""
+    import yaml
+
+    if any(o in ("-m", "--multirun") for o in overrides):
+        return None
+    folder = continued_folder(overrides)
+    if folder is None:
+        return None
+    try:
+        saved = yaml.safe_load((folder / ".hydra" / "overrides.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(saved, list) or not all(isinstance(o, str) for o in saved):
+        return None
+    saved = [o for o in saved if not _key(o).startswith("hydra.") and _key(o) != "resume_from"]
+    given = {_key(o) for o in overrides if "=" in o or o.startswith("~")}
+    # Hydra lets a later `key=value` replace an earlier one, but refuses a key added twice
+    # (`+experiment=a +experiment=b`): a key added or removed now drops the run's own
+    added_now = {_key(o) for o in overrides if o.startswith(("+", "~"))}
+    # another choice of a group now (data=digits): the run's values inside it (data.seed=3)
+    # belonged to the old choice
+    groups_now = {k for k in given if "." not in k}
+    saved = [o for o in saved if _key(o).split(".", 1)[0] not in groups_now or "." not in _key(o)]
+    kept = [o for o in saved if _key(o) not in added_now]
+    own = [o for o in saved if _key(o) not in given]
+    own = [o for i, o in enumerate(own) if _key(o) not in {_key(p) for p in own[i + 1 :]}]
+    return Resumed(folder, own, [*kept, *overrides])
+
+
+def changes(folder: Path, now: dict[str, Any]) -> list[str]:
+    """`key was -> now` for every value of the composed config (unresolved) that differs from
+    the continued run's `.hydra/config.yaml`; `resume_from` and Hydra's choices aside."""
+    import yaml
+
+    try:
+        was = yaml.safe_load((folder / ".hydra" / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return []
+    if not isinstance(was, dict):
+        return []
+    before, after = dict(_flat(was)), dict(_flat(now))
+    return [
+        f"{key} {_said(before.get(key))} -> {_said(after.get(key))}"
+        for key in sorted(before.keys() | after.keys())
+        if key != "resume_from"
+        and (key in before, before.get(key)) != (key in after, after.get(key))
+    ]
+
+
+def _said(value: Any) -> str:
+    return "(none)" if value is None else str(value)
+
+
+def _flat(values: dict[str, Any], prefix: str = ""):
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            yield from _flat(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def command(folder: str) -> str:
+    """What a user types to continue the run in `folder` (its own overrides come back)."""
+    return f"python -m hogwild train {shlex.quote(f'hydra.run.dir={folder}')} resume_from=auto"

@@ -1,0 +1,72 @@
+"""Resume is one command (hogwild.cli.resume): the continued run's own overrides come back,
+those given now apply after them, and what differs is named."""
+
+from __future__ import annotations
+
+import yaml
+
+from hogwild.cli import resume
+
+
+def write_run(folder, overrides, config):
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_auto_reads_the_run_folder_and_a_path_the_run_that_holds_the_checkpoint(tmp_path):
+    run = tmp_path / "runs" / "a"
+    write_run(run, ["+experiment=mnist", "trainer.epochs=2", "hydra.run.dir=elsewhere"], {})
+    got = resume.with_own_overrides([f"hydra.run.dir={run}", "resume_from=auto"])
+    assert got.folder == run and got.own == ["+experiment=mnist", "trainer.epochs=2"]
+    assert got.overrides == [*got.own, f"hydra.run.dir={run}", "resume_from=auto"]
+    by_path = resume.with_own_overrides([f"resume_from={run}/checkpoints/last.pt"])
+    assert by_path.folder == run and by_path.own == got.own
+
+
+def test_a_key_given_now_wins_and_one_added_again_replaces_the_runs_own(tmp_path):
+    run = tmp_path / "a"
+    own = ["+experiment=mnist", "trainer.epochs=2", "+model.step_seconds=0.2", "data.seed=3"]
+    write_run(run, [*own, "resume_from=auto"], {})
+    now = [f"hydra.run.dir={run}", "resume_from=auto", "trainer.epochs=4"]
+    now += ["model.step_seconds=0", "+experiment=other"]
+    got = resume.with_own_overrides(now)
+    assert got.own == ["data.seed=3"]  # what still applies as the run had it
+    # a later key=value replaces an earlier one; an added key (+) is never added twice
+    assert got.overrides == [
+        "trainer.epochs=2", "+model.step_seconds=0.2", "data.seed=3", *now
+    ]  # fmt: skip
+
+
+def test_another_choice_of_a_group_drops_the_runs_values_inside_it(tmp_path):
+    run = tmp_path / "a"
+    write_run(run, ["data=synthetic", "data.num_samples=2000", "trainer.epochs=1"], {})
+    got = resume.with_own_overrides([f"resume_from={run}/checkpoints/last.pt", "data=digits"])
+    assert got.own == ["trainer.epochs=1"]
+    assert got.overrides[:2] == ["data=synthetic", "trainer.epochs=1"]  # data=digits wins
+
+
+def test_nothing_changes_without_a_run_to_read(tmp_path):
+    assert resume.with_own_overrides(["trainer.epochs=2"]) is None
+    assert resume.with_own_overrides(["resume_from=auto"]) is None  # no fixed folder
+    assert resume.with_own_overrides([f"hydra.run.dir={tmp_path}", "resume_from=auto"]) is None
+    assert resume.with_own_overrides(["resume_from=null"]) is None
+    write_run(tmp_path / "a", ["trainer.epochs=2"], {})
+    sweep = ["-m", f"hydra.run.dir={tmp_path / 'a'}", "resume_from=auto"]
+    assert resume.with_own_overrides(sweep) is None
+    (tmp_path / "a" / ".hydra" / "overrides.yaml").write_text("{not: a list}")
+    assert resume.with_own_overrides(sweep[1:]) is None
+
+
+def test_changes_name_every_value_that_differs_from_the_runs_config(tmp_path):
+    was = {"trainer": {"epochs": 2, "seed": 0}, "resume_from": None, "model": {"hidden": [8]}}
+    write_run(tmp_path, [], was)
+    now = {"trainer": {"epochs": 4, "seed": 0}, "resume_from": "auto", "model": {"hidden": [8]}}
+    now["optimizer"] = {"lr": 0.1}
+    assert resume.changes(tmp_path, now) == ["optimizer.lr (none) -> 0.1", "trainer.epochs 2 -> 4"]
+
+
+def test_the_command_is_quoted_for_the_shell():
+    assert resume.command("runs/my run") == (
+        "python -m hogwild train 'hydra.run.dir=runs/my run' resume_from=auto"
+    )
