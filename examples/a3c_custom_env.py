@@ -56,8 +56,8 @@ if __name__ == "__main__":  # required: spawn/forkserver workers re-import this 
         model,
         workload,  # optimizer.shared defaults to true for A3C: one Adam state for all workers
         functools.partial(torch.optim.Adam, lr=1e-3),
-        TrainerConfig(num_workers=2, threads_per_worker=1),
-        output_dir="outputs/a3c_custom_env",
+        TrainerConfig(num_workers=2),
+        # no output_dir: a fresh outputs/a3c_custom_env/<date>_<time>/ each time it is run
     ).fit()
     print(
         f"{summary['status']}: solved={summary['solved']} with greedy return "

@@ -25,7 +25,7 @@ if __name__ == "__main__":  # required: spawn/forkserver workers re-import this 
         functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
         TrainerConfig(num_workers=2, epochs=5),
         batch_size=64,
-        # No output_dir: a fresh outputs/sequential/<date>_<time>/ each time. A fixed folder
+        # No output_dir: a fresh outputs/python_api/<date>_<time>/ each time. A fixed folder
         # that holds a finished run is refused unless overwrite=True (or resume_from=...).
     )
     summary = trainer.fit()

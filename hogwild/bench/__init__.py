@@ -86,7 +86,9 @@ def worker_counts(text: str) -> list[int]:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], epilog="see the module docstring of hogwild.bench"
+        prog="hogwild bench",
+        description=__doc__.split("\n\n")[0],
+        epilog="see the module docstring of hogwild.bench",
     )
     p.add_argument(
         "--quick",

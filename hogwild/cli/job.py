@@ -62,7 +62,7 @@ def run_job(
         log.info(  # the first line, within a second of the start: torch and the data take longer
             "preparing %s on %s: %s, %s",
             choices.get("model", "model"),
-            choices.get("data", "data"),
+            choices.get("env") or choices.get("data", "data"),  # A3C: the environment
             plural(run.trainer.num_workers, "worker"),
             run.trainer.start_method,
         )

@@ -66,9 +66,12 @@ def run() -> None:
 
 def main(argv: list[str] | None = None, finished: list | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
+    if not argv:  # a command is missing: the usage, as a mistake (exit 2, as argparse does)
+        print(USAGE, file=sys.stderr)
+        return 2
     command, rest = argv[0], argv[1:]
     if command == "train":
         return train(rest, [] if finished is None else finished)
@@ -131,6 +134,8 @@ def _hydra_main(overrides: list[str], finished: list) -> int:
             # a run, not --cfg or --help: its fork server's imports are the longest part of
             # the start-up, so they begin before Hydra's import and compose (hogwild.process.forkserver)
             ahead = ServerAhead.start()
+        if "--help" in overrides or "-h" in overrides:
+            return _help(overrides, ahead, finished)
         return _compose_and_run(overrides, ahead, finished, resumed)
     finally:
         ahead.stop_unless_kept()  # no config kept it: a refused or interrupted run
@@ -139,6 +144,23 @@ def _hydra_main(overrides: list[str], finished: list) -> int:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = saved_full_error
+
+
+def _help(overrides: list[str], ahead, finished: list) -> int:
+    """Hydra's `train --help`, without the `_defaults` entries (the schema's defaults that
+    each group's files inherit, register_defaults): they are not choices."""
+    import contextlib
+    import io
+    import re
+
+    text, code = io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(text):
+            code = _compose_and_run(overrides, ahead, finished)
+    except SystemExit as e:  # Hydra ends its help with sys.exit(0)
+        code = e.code if isinstance(e.code, int) else 0
+    print(re.sub(r"(?m)(: )_defaults(, |$)", r"\1", text.getvalue()), end="")
+    return code
 
 
 def _compose_and_run(overrides: list[str], ahead, finished: list, resumed=None) -> int:

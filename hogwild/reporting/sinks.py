@@ -139,10 +139,14 @@ class ProgressWindow:
         self.last_loss: dict[int, float] = {}  # latest mean loss per rank (for final_train_loss)
         self._take()
 
-    def _take(self) -> None:
+    def _take(self, samples=None, loss=None) -> None:
+        """The baseline of the next write: the counters as the last write read them (workers
+        step meanwhile: a second read would lose what they did in between)."""
         self.t_start = time.monotonic()
-        self._samples = self._progress[:, Control.SAMPLES].copy()
-        self._loss = self._reports[:, [Control.LOSS, Control.LOSS_STEPS]].copy()
+        self._samples = self._progress[:, Control.SAMPLES].copy() if samples is None else samples
+        self._loss = (
+            self._reports[:, [Control.LOSS, Control.LOSS_STEPS]].copy() if loss is None else loss
+        )
 
     @property
     def samples_seen(self) -> int:
@@ -162,8 +166,9 @@ class ProgressWindow:
 
     def flush(self, sinks: Sink) -> None:
         elapsed = max(time.monotonic() - self.t_start, 1e-9)
-        samples = self._progress[:, Control.SAMPLES] - self._samples
-        loss = self._reports[:, [Control.LOSS, Control.LOSS_STEPS]] - self._loss
+        now_samples = self._progress[:, Control.SAMPLES].copy()  # one read of each counter
+        now_loss = self._reports[:, [Control.LOSS, Control.LOSS_STEPS]].copy()
+        samples, loss = now_samples - self._samples, now_loss - self._loss
         values: dict[str, float] = {}
         if samples.any():
             values[self.rate_tag] = float(samples.sum()) / elapsed
@@ -183,7 +188,7 @@ class ProgressWindow:
             sinks.scalars(values, self.samples_seen)
             loss_text = {"loss": f"{values['train/loss']:.4f}"} if "train/loss" in values else {}
             sinks.advance(int(samples.sum()), loss_text)
-        self._take()
+        self._take(now_samples, now_loss)
 
     @property
     def final_train_loss(self) -> float | None:

@@ -31,6 +31,7 @@ import logging
 import os
 import shutil
 import stat
+import sys
 import time
 
 from hogwild.errors import RunFolderError
@@ -244,6 +245,15 @@ def _private_folder(path: str) -> None:
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise RunFolderError(f"{path} is not a folder of this user's; remove it")
+
+
+def script_outputs() -> str:
+    """Where a Python API run without an output_dir writes: outputs/<the script's name>
+    (`python train_mine.py` -> outputs/train_mine/<date>_<time>), outputs/python from a
+    session with no script. The model's class said little (every nn.Sequential: `sequential`)."""
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    name = script[: -len(".py")] if script.endswith(".py") and len(script) > 3 else "python"
+    return os.path.join("outputs", name)
 
 
 def fresh(parent: str) -> str:

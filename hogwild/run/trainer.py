@@ -75,7 +75,7 @@ class Trainer:
             else SupervisedWorkload(data, batch_size, self.cfg.epochs, loss_fn)
         )
         if output_dir is None:
-            output_dir = run_folder.fresh(os.path.join("outputs", type(model).__name__.lower()))
+            output_dir = run_folder.fresh(run_folder.script_outputs())
         self.output_dir, self.resume_from = os.path.abspath(output_dir), resume_from
         self.overwrite = overwrite
         self.record, self.started_at = dict(record or {}), started_at or time.time()

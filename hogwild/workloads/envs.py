@@ -18,7 +18,8 @@ import torch
 
 from hogwild.errors import ConfigError
 
-INSTALL = "pip install -e '.[rl]'"  # or `pip install hogwild[rl]` from a wheel
+# what works wherever hogwild was installed from (a wheel, a source tree: `.[rl]` needs the latter)
+INSTALL = "pip install 'gymnasium>=0.29' (hogwild's `rl` extra)"
 
 
 def require_gymnasium():

@@ -177,5 +177,6 @@ def test_the_custom_env_example_solves_its_corridor_without_hydra(tmp_path):
         if "completed: solved=True" in result.stdout:
             break
     assert "completed: solved=True" in result.stdout
-    s = read_summary(folder / "outputs" / "a3c_custom_env")
+    (run,) = (folder / "outputs" / "a3c_custom_env").iterdir()  # a fresh folder per run
+    s = read_summary(run)
     assert s["solved"] is True and s["eval_return"] >= 0.9 and s["optimizer_shared"] is True

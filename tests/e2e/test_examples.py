@@ -20,7 +20,7 @@ def test_python_api_example_trains_without_hydra_any_number_of_times(tmp_path):
         summary = read_summary(Path(folders[-1]))
         assert summary["test_accuracy"] > 0.9 and summary["total_samples"] == 5 * 10_000
     assert (
-        folders[0] != folders[1] and Path(folders[0]).parent == tmp_path / "outputs" / "sequential"
+        folders[0] != folders[1] and Path(folders[0]).parent == tmp_path / "outputs" / "python_api"
     )
 
 

@@ -298,7 +298,8 @@ def test_a_missing_gymnasium_is_one_line_naming_the_extra(monkeypatch):
     with pytest.raises(ConfigError) as e:
         envs.gym_env("CartPole-v1")
     assert str(e.value) == (
-        "environments need gymnasium, which is not installed: pip install -e '.[rl]'"
+        "environments need gymnasium, which is not installed: "
+        "pip install 'gymnasium>=0.29' (hogwild's `rl` extra)"
     )
 
 

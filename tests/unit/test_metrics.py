@@ -58,6 +58,25 @@ def test_the_window_writes_means_and_rates_per_worker_and_overall():
     assert window.final_train_loss == pytest.approx((30.0 / 20 + 15.0 / 5) / 2)  # latest each
 
 
+def test_a_step_taken_while_the_window_writes_is_counted_by_the_next_write():
+    control = table()
+    window = ProgressWindow(control, interval=0.5)
+
+    class Busy(Recorder):  # a worker steps while the sinks are being written to
+        def advance(self, samples, postfix):
+            super().advance(samples, postfix)
+            publish(control, 1, steps=1, samples=64, loss_sum=2.0, lr=0.1)
+
+    sink = Busy()
+    publish(control, 0, steps=10, samples=640, loss_sum=20.0, lr=0.1)
+    window.flush(sink)
+    window.flush(sink)
+    window.flush(sink)  # (the bar ended short of its total when these were lost)
+    assert [n for n, _ in sink.advanced] == [640, 64, 64]
+    assert sum(n for n, _ in sink.advanced) + 64 == int(control.progress[:, Control.SAMPLES].sum())
+    assert sink.rows[1][1]["workers/loss/rank_01"] == pytest.approx(2.0)
+
+
 def test_samples_without_a_published_loss_still_move_the_rate_and_the_bar():
     control = table()
     window = ProgressWindow(control)

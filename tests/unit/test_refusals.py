@@ -181,3 +181,17 @@ def test_a_refused_run_leaves_the_finished_runs_record_as_it_was(tmp_path, resum
     result = cli_here(["trainer.epochs=1", *resume], run_dir)
     assert result.returncode == 2 and "already holds a" in result.stderr, result.stderr
     assert {name: (run_dir / name).read_text() for name in record} == record
+
+
+def test_no_command_is_the_usage_and_exit_2_and_help_lists_only_choices(capsys):
+    from hogwild import bench
+    from hogwild.cli import main as cli
+
+    assert cli.main([]) == 2
+    assert capsys.readouterr().err.startswith("usage: hogwild <command>")
+    assert cli.main(["--help"]) == 0
+    assert cli.main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "trainer: default\n" in out and "schedule: constant, cosine, linear\n" in out
+    assert "_defaults" not in out
+    assert bench._parser().format_usage().startswith("usage: hogwild bench")
