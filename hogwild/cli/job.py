@@ -167,6 +167,8 @@ def remove_if_empty(folder: str) -> None:
     while path != stop and stop in path.parents:
         try:
             path.rmdir()
+        except FileNotFoundError:  # removed already (the run's Claim): on to the one above
+            pass
         except OSError:
             return
         path = path.parent

@@ -116,6 +116,7 @@ def download_mnist(
     checksums = MNIST_MD5 if checksums is None else checksums
     root = Path(root).absolute()
     names = list(names)
+    made = [p for p in (root, *root.parents) if not p.exists()]  # removed again on a failure
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -135,6 +136,11 @@ def download_mnist(
             missing = names[i:]
             break
     if missing:
+        for folder in made:  # the folders this call made, when nothing landed in them
+            try:
+                folder.rmdir()
+            except OSError:
+                break
         # The failing file's reasons, one per mirror: enough to tell "offline" from "404".
         reason = "; ".join(reasons) or "data.mirrors is empty"
         raise DataError(

@@ -195,3 +195,17 @@ def test_no_command_is_the_usage_and_exit_2_and_help_lists_only_choices(capsys):
     assert "trainer: default\n" in out and "schedule: constant, cosine, linear\n" in out
     assert "_defaults" not in out
     assert bench._parser().format_usage().startswith("usage: hogwild bench")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model.hidden_sizes=[-3]"],  # refused once the model is built, after the folder's claim
+        ["+experiment=mnist", "data.root=data/mnist/here", f"data.mirrors=[http://127.0.0.1:{free_port()}/]"],
+    ],
+)  # fmt: skip
+def test_a_refused_run_leaves_no_folder_it_made(tmp_path, monkeypatch, overrides):
+    monkeypatch.chdir(tmp_path)
+    result = cli_here(overrides, tmp_path / "outputs" / "mine" / "2026-12-07_10-00-00")
+    assert result.returncode == 2, result.stderr
+    assert list(tmp_path.iterdir()) == []  # not outputs/mine/, nor the data folder it tried
