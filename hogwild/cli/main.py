@@ -219,6 +219,15 @@ def _compose_and_run(overrides: list[str], ahead, finished: list, resumed=None) 
             if multirun:
                 sweep.between_jobs()  # signals wait for the next job, or for the table
 
+    if _plain_sweep(overrides):
+        from hogwild.cli.sweep import check_every_job
+        from hogwild.errors import HogwildError
+
+        try:
+            check_every_job(overrides, config_dir())
+        except HogwildError as e:
+            print(f"hogwild: error: {e}", file=sys.stderr)
+            return 2
     try:
         try:
             task()
@@ -237,6 +246,13 @@ def _compose_and_run(overrides: list[str], ahead, finished: list, resumed=None) 
     finally:
         sweep.end()
     return max([*exit_codes, sweep.exit_code()])
+
+
+def _plain_sweep(overrides: list[str]) -> bool:
+    """A `-m` sweep of overrides only (no --cfg, --help, --config-dir ...): its jobs are
+    checked before the first starts (hogwild.cli.sweep.check_every_job)."""
+    flags = [o for o in overrides if o.startswith("-")]
+    return bool(flags) and all(f in ("-m", "--multirun") for f in flags)
 
 
 def _refusal(e: Exception, ours: list[BaseException], overrides: list[str]) -> str | None:

@@ -209,3 +209,17 @@ def test_a_refused_run_leaves_no_folder_it_made(tmp_path, monkeypatch, overrides
     result = cli_here(overrides, tmp_path / "outputs" / "mine" / "2026-12-07_10-00-00")
     assert result.returncode == 2, result.stderr
     assert list(tmp_path.iterdir()) == []  # not outputs/mine/, nor the data folder it tried
+
+
+@pytest.mark.parametrize(
+    "sweep, fragments",
+    [
+        (["trainer.num_workers=2,-1"], ["sweep job #1 (", "trainer.num_workers=-1 trainer.epochs=1)", "integer >= 1"]),
+        (["data=digits,nope"], ["sweep job #1 (", "data=nope trainer.epochs=1)", "data=nope is not an option"]),
+    ],
+)  # fmt: skip
+def test_a_sweep_checks_every_job_before_the_first_starts(tmp_path, sweep, fragments):
+    sweep_dir = tmp_path / "sweep"
+    args = ["-m", f"hydra.sweep.dir={sweep_dir}", *sweep, "trainer.epochs=1"]
+    line = assert_refused_cleanly(cli_here(args, tmp_path / "run"), tmp_path / "run", *fragments)
+    assert line.endswith("; no job was started") and not sweep_dir.exists()

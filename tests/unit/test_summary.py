@@ -134,3 +134,23 @@ def test_a_signal_between_the_jobs_of_a_sweep_starts_no_further_job(tmp_path, mo
         ("2", "a=2", "not"),
     ]
     assert rows[1][-1] == "-" and rows[1][3] == "run"
+
+
+def test_a_sweep_job_refused_when_it_started_is_listed_as_refused(tmp_path, capsys):
+    from hogwild.cli.sweep import SweepRun
+
+    sweep = SweepRun()
+    (tmp_path / "0").mkdir()
+    summary().write(str(tmp_path / "0" / "summary.json"))
+    for job, code in (("0", 0), ("1", 2)):  # job 1: exit 2, its folder removed
+        assert sweep.should_run(str(tmp_path / job), ["epochs=1", f"a={job}"])
+        sweep.ran(code, [])
+    sweep.print_report()
+    out = capsys.readouterr().out
+    assert "all jobs: epochs=1\n" in out
+    rows = [line.split() for line in out.splitlines() if line[:1].isdigit()]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("0", "a=0", "completed"),
+        ("1", "a=1", "refused"),
+    ]
+    assert sweep.exit_code() == 2
