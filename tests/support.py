@@ -382,7 +382,7 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 def tensorboard_scalars(run_dir: Path, tag: str, run: str = "") -> list[tuple[int, float]]:
     """A tag's (step, value) points in the run folder's TensorBoard run (`run`: a run under it,
-    e.g. "workers/rank_00")."""
+    e.g. "w0", worker 0's)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run_dir / "tensorboard" / run))

@@ -108,13 +108,22 @@ def pyplot(path) -> Any:
     return plt
 
 
+STYLES = {
+    "framework": "-s",
+    "framework-step": "-.d",
+    "plain": "--o",
+    "ddp": ":^",
+}  # bench.png: a line style per impl
+
+
 def plot(rows: list[dict], path: str) -> None:
     plt = pyplot(path)
     if plt is None:
         return
 
     models = list(dict.fromkeys(r["model"] for r in rows))
-    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
+    # the legend goes below each chart, never over its lines
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 6.5), squeeze=False)
     for ax, model in zip(axes[0], models):
         mine = [r for r in rows if r["model"] == model and r["samples_per_second"]]
         settings = list(dict.fromkeys((r["start_method"], r["sharing_strategy"]) for r in mine))
@@ -127,17 +136,17 @@ def plot(rows: list[dict], path: str) -> None:
                 if (r["impl"], r["start_method"], r["sharing_strategy"]) == kind
                 and r["threads"] == 1
             )
-            if pts:  # one colour per start method + strategy; plain dashed, framework solid
+            if pts:  # one colour per start method + strategy, one line style per implementation
                 ax.plot(
                     *zip(*pts),
-                    "--o" if kind[0] == "plain" else "-s",
+                    STYLES.get(kind[0], "-.x"),
                     label=" ".join(kind),
                     color=f"C{settings.index(kind[1:]) % 10}",
                 )
         for r in (r for r in mine if r["threads"] > 1):
             ax.axhline(
                 r["samples_per_second"],
-                ls="--" if r["impl"] == "plain" else ":",
+                ls=(0, (6, 2, 1, 2)) if r["impl"] == "plain" else (0, (1, 1)),  # not a line's
                 lw=1,
                 color=f"C{settings.index((r['start_method'], r['sharing_strategy'])) % 10}",
                 label=f"{r['impl']} {r['start_method']}: 1 process x {r['threads']} threads",
@@ -145,7 +154,7 @@ def plot(rows: list[dict], path: str) -> None:
         ax.set(title=model, xlabel="workers", ylabel="samples/s (steady state)", ylim=(0, None))
         ax.set_xticks(sorted({r["num_workers"] for r in mine}))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

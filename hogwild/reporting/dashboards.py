@@ -1,8 +1,8 @@
 """TensorBoard, as the orchestrator writes it (docs/dashboards.md lists every tag).
 
-    <run folder>/tensorboard/                  train/ eval/ perf/ staleness/ summary/ + HParams row
-    <run folder>/tensorboard/workers/rank_00/  workers/loss, workers/samples_per_second, ...
-    <run folder>/tensorboard/workers/rank_01/  the same tags: one chart per metric, one line per rank
+    <run folder>/tensorboard/     train/ eval/ perf/ staleness/ summary/ + HParams row
+    <run folder>/tensorboard/w0/  workers/loss, workers/samples_per_second, ... of worker 0
+    <run folder>/tensorboard/w1/  the same tags: one chart per metric, one line per worker
 
 Callers write flat tags; a per-rank tag (`workers/loss/rank_03`) goes to that rank's own
 TensorBoard run under the tag without its rank (`workers/loss`), so that TensorBoard overlays the
@@ -30,14 +30,15 @@ from hogwild.reporting.sinks import NullSink
 _RANK_TAG = re.compile(r"^(?P<tag>.+)/rank_(?P<rank>\d+)$")
 
 # (key in hogwild.run.summary.hparams(), column title, kind): the table shows the first five
-# (TensorBoard sorts columns by name: the names carry the order, the titles are what one reads)
+# (TensorBoard sorts columns by name: the names carry the order, the titles are what one reads);
+# the experiment is in the run's path (outputs/mnist/...), the learning rate is not
 COLUMNS = [
-    ("experiment", "experiment", str),
     ("data", "data", str),
     ("model", "model", str),
     ("optimizer", "optimizer", str),
     ("num_workers", "workers", int),
     ("lr", "lr", float),
+    ("experiment", "experiment", str),
     ("batch_size", "batch size", int),
     ("epochs", "epochs", int),
     ("start_method", "start method", str),
@@ -73,7 +74,7 @@ class TensorBoardSink(NullSink):
 
     def _rank_writer(self, rank: int):
         if rank not in self.ranks:
-            path = os.path.join(self.log_dir, "workers", f"rank_{rank:02d}")
+            path = os.path.join(self.log_dir, f"w{rank}")  # listed beneath the run: w0, w1
             self.ranks[rank] = self._writer_class(log_dir=path)
         return self.ranks[rank]
 

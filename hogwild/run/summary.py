@@ -220,9 +220,11 @@ def hparams(ctx: RunContext) -> dict[str, Any]:
     names = {
         "experiment": choices.get("experiment") or "none",
         "data": choices.get("data") or ctx.workload.name,
-        "model": choices.get("model") or type(ctx.model).__name__,
+        # a config's name (mlp, sgd) through the CLI, the class's through the Python API: both
+        # in lower case, as config names are (sequential, sgd; not Sequential, SGD)
+        "model": choices.get("model") or type(ctx.model).__name__.lower(),
         "optimizer": choices.get("optimizer")
-        or getattr(getattr(factory, "func", factory), "__name__", "n/a"),
+        or getattr(getattr(factory, "func", factory), "__name__", "n/a").lower(),
     }
     job = os.path.basename(ctx.output_dir)  # a sweep's job number
     return {

@@ -91,8 +91,8 @@ def test_default_run_outputs_summary_checkpoint_and_tensorboard(tmp_path):
         "summary/ksamples_per_second",
     ]:
         assert tag in tags, tags
-    for rank in ("rank_00", "rank_01"):  # one TensorBoard run per worker, the same tags in each
-        worker_tags = tensorboard_tags(run_dir, f"workers/{rank}")
+    for rank in ("w0", "w1"):  # one TensorBoard run per worker, the same tags in each
+        worker_tags = tensorboard_tags(run_dir, rank)
         assert {"workers/loss", "workers/samples_per_second", "workers/staleness"} <= worker_tags
     assert not any("rank_" in tag for tag in tags), tags
     # every step recorded its staleness once; with 2 workers some steps saw the other's update

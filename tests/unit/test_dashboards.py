@@ -51,10 +51,10 @@ def test_each_worker_gets_its_own_run_with_the_same_tags(tmp_path):
     sink.scalars({"workers/staleness/rank_01": 0.5, "workers/restarts": 1}, 128)
     sink.close()
     assert events(tmp_path).Tags()["scalars"] == ["train/loss", "workers/restarts"]
-    rank_1 = events(tmp_path / "workers" / "rank_01")
+    rank_1 = events(tmp_path / "w1")
     assert sorted(rank_1.Tags()["scalars"]) == ["workers/loss", "workers/staleness"]
     assert [(e.step, e.value) for e in rank_1.Scalars("workers/loss")] == [(64, 3.0)]
-    assert events(tmp_path / "workers" / "rank_00").Tags()["scalars"] == ["workers/loss"]
+    assert events(tmp_path / "w0").Tags()["scalars"] == ["workers/loss"]
 
 
 def plugin_data(summaries):
@@ -81,7 +81,7 @@ def test_every_run_describes_the_same_columns_and_writes_integers_as_text():
     titles = [h.display_name for h in experiment.hparam_infos]
     assert (
         titles[:5]
-        == ["experiment", "data", "model", "optimizer", "workers"]
+        == ["data", "model", "optimizer", "workers", "lr"]
         == [title for _, title, _ in COLUMNS[:5]]
     )
     names = [h.name for h in experiment.hparam_infos]
