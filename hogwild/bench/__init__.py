@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(runs, mode, args.samples)
     add_ratios(rows)
     print_table(rows)
+    info["busy"] = _say_if_busy(info["load_average"][0], cores, rows)
     cli = None
     if not args.no_cli:  # a whole command, in a fresh interpreter: what a user's run pays first
         dense = [m for m in models if m in ("mlp", "convnet")] or ["mlp"]
@@ -160,6 +161,23 @@ def main(argv: list[str] | None = None) -> int:
         png = os.path.splitext(args.out)[0] + ".png"
         plot(rows, png)
     return 1 if any(r.get("error") for r in rows) else 0
+
+
+def _say_if_busy(load: float, cores: int, rows: list[dict]) -> bool:
+    """Other work on the cores as the bench began: a row that runs more threads than the idle
+    cores collapses (1 process x 2 threads ran 0.04x beside a test suite on 2 cores), so its
+    figures and the ratios against it are the load's, not the code's. Said, not hidden."""
+    idle = max(0, cores - int(load))
+    crowded = [r for r in rows if r["num_workers"] * r["threads"] > idle]
+    if load < 0.5 or not crowded:
+        return False
+    print(
+        f"the machine was busy as the bench began (load average {load:.1f} on {cores} cores): "
+        f"{len(crowded)} of {len(rows)} rows ran more threads than the {idle} idle core(s), and "
+        "their figures are the other work's as much as the code's; rerun on a quiet machine",
+        file=sys.stderr,
+    )
+    return True
 
 
 def measure(runs: list[tuple], mode: dict, samples: int | None) -> list[dict]:
