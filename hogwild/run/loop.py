@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 
 from hogwild.errors import NodeSyncError, RunFolderError
@@ -33,6 +34,7 @@ from hogwild.run.checkpoint import Checkpointer
 from hogwild.run.context import RunContext
 from hogwild.run.idle_evaluation import EvaluationScheduler, Scored
 from hogwild.run.state import (
+    Exited,
     Failed,
     Finished,
     Restart,
@@ -54,6 +56,9 @@ log = logging.getLogger("hogwild")
 # How often the loop looks at the shared table when no worker says anything: for the cadences
 # counted in steps, the stall watch and shutdown deadlines (its cost: docs/performance.md).
 POLL_SECONDS = 0.1
+# A worker killed by a SIGTERM the orchestrator did not send: how long the orchestrator waits for
+# its own copy of a SIGTERM sent to the whole process group (a scheduler, torchrun's agent)
+GROUP_SIGNAL_SECONDS = 2.0
 
 
 class RunLoop:
@@ -98,6 +103,8 @@ class RunLoop:
         while self.supervisor.alive:
             # asleep until a worker says something or exits, or the next write is due
             for event in self.supervisor.events(timeout=self._sleep()):
+                if isinstance(event, Exited) and event.exitcode == -signal.SIGTERM:
+                    self._group_signal()
                 if isinstance(event, Scalars):
                     self.sinks.scalars(workload_scalars(event), self.window.samples_seen)
                 elif isinstance(event, Log):
@@ -136,6 +143,20 @@ class RunLoop:
         if st.running or st.finished_reason:
             self._node(self.node.finish)
         st.all_exited()
+
+    def _group_signal(self) -> None:
+        """A worker died of SIGTERM while the run was going (the orchestrator sends it only to
+        workers that outlive the grace period of a stop): most likely a SIGTERM to the whole
+        process group, which the orchestrator receives too, a moment apart. Its own copy is
+        taken first, so that the run is interrupted, as the sender meant, and not failed by the
+        worker's death (under torchrun's agent, that of the node it stops after a peer died)."""
+        if not self.state.running:
+            return
+        deadline = time.monotonic() + GROUP_SIGNAL_SECONDS
+        while not self.signals.pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for signum in self.signals.drain():
+            self.apply(Signal(signum))
 
     def _sleep(self) -> float:
         """How long the loop may wait for a worker's message: until the next dashboard write,
@@ -191,8 +212,12 @@ class RunLoop:
                     log.info("%s; stopping the workers", action.reason)
                 elif self.state.status is RunStatus.INTERRUPTED:
                     log.warning(
-                        "%s received: stopping the workers at their next step (again to force)",
+                        "%s received: stopping the workers at their next step (again to force)%s",
                         action.reason,
+                        # torchrun's agent stops every node it runs once one of them failed
+                        "; under torchrun, its own report says whether a node failed first"
+                        if self.node.world > 1 and action.reason == "SIGTERM"
+                        else "",
                     )
             elif isinstance(action, Stalled):
                 log.error(

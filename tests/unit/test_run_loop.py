@@ -296,6 +296,35 @@ def test_a_signal_interrupts_the_run_which_still_writes_its_checkpoint(
     assert saved["run"]["samples_seen"] == 2 * 2 * BATCH == written["samples_seen"]
 
 
+@pytest.mark.parametrize("group", [True, False])
+def test_a_worker_killed_by_sigterm_is_the_groups_signal_when_the_orchestrator_got_one_too(
+    tmp_path, monkeypatch, group
+):
+    """SIGTERM to the whole process group (a scheduler; torchrun's agent once a peer died)
+    reaches a worker and the orchestrator a moment apart: the run is interrupted, not failed
+    by that worker's death. A worker killed alone by SIGTERM still fails the run."""
+    from hogwild.run import loop as run_loop
+
+    monkeypatch.setattr(run_loop, "GROUP_SIGNAL_SECONDS", 0.05)  # (when none comes: group=False)
+    ctx, relay = context(tmp_path), Relay()
+
+    def killed():
+        if group:  # the orchestrator's copy: taken by its receiver thread at the same moment
+            relay.send(signal.SIGTERM)
+        return [Exited(1, -signal.SIGTERM)]
+
+    workers = Workers(hello(ctx), some_steps(ctx), killed, done(ranks=[0]))
+    loop = RunLoop(ctx, workers, relay, t_fit=time.monotonic())
+    loop.watch()
+    s = loop.finish()
+    if group:
+        assert (s.status, s.exit_code) == ("interrupted", 143)
+        assert "error" not in written_summary(ctx)
+    else:
+        assert (s.status, s.exit_code) == ("failed", 1)
+        assert written_summary(ctx)["error"] == {"rank": 1, "reason": "killed by SIGTERM"}
+
+
 def test_a_second_signal_while_the_workers_stop_ends_the_watch_at_once(tmp_path, caplog):
     ctx = context(tmp_path)
     relay = Relay(signal.SIGINT)
