@@ -7,9 +7,6 @@ Python API (no Hydra needed)::
             TrainerConfig(num_workers=2), batch_size=64, output_dir="runs/mine").fit()
 """
 
-from hogwild.config.schema import A3CConfig, CheckpointConfig, ScheduleConfig, TrainerConfig
-from hogwild.errors import ConfigError, DataError, HogwildError, WorkerFailure
-
 __all__ = [
     "Trainer",
     "TrainerConfig",
@@ -23,10 +20,24 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # Imported on first use: `hogwild --help` should not pay for importing torch (~1.5 s).
-    if name == "Trainer":
-        from hogwild.run.trainer import Trainer
+EXPORTS = {  # name -> the module that defines it
+    "Trainer": "hogwild.run.trainer",
+    "TrainerConfig": "hogwild.config.schema",
+    "CheckpointConfig": "hogwild.config.schema",
+    "ScheduleConfig": "hogwild.config.schema",
+    "A3CConfig": "hogwild.config.schema",
+    "HogwildError": "hogwild.errors",
+    "ConfigError": "hogwild.errors",
+    "DataError": "hogwild.errors",
+    "WorkerFailure": "hogwild.errors",
+}
 
-        return Trainer
+
+def __getattr__(name: str):
+    # Imported on first use: `hogwild --help` should not pay for importing torch (~1.5 s), and
+    # the CLI takes Ctrl-C before anything else is imported (hogwild.cli.main.run).
+    if name in EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(EXPORTS[name]), name)
     raise AttributeError(f"module 'hogwild' has no attribute {name!r}")

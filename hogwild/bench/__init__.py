@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(runs, mode, args.samples)
     add_ratios(rows)
     print_table(rows)
-    info["busy"] = _say_if_busy(info["load_average"][0], cores, rows)
+    info["busy"] = say_if_busy(info["load_average"][0], cores, rows)
     cli = None
     if not args.no_cli:  # a whole command, in a fresh interpreter: what a user's run pays first
         dense = [m for m in models if m in ("mlp", "convnet")] or ["mlp"]
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(r.get("error") for r in rows) else 0
 
 
-def _say_if_busy(load: float, cores: int, rows: list[dict]) -> bool:
+def say_if_busy(load: float, cores: int, rows: list[dict]) -> bool:
     """Other work on the cores as the bench began: a row that runs more threads than the idle
     cores collapses (1 process x 2 threads ran 0.04x beside a test suite on 2 cores), so its
     figures and the ratios against it are the load's, not the code's. Said, not hidden."""

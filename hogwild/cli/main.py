@@ -52,9 +52,16 @@ def run() -> None:
     memory, and with torch loaded it can take a second, or abort the process (a shared tensor
     freed after torch_shm_manager was killed) with an exit code that is not the run's."""
     import atexit
+    import signal
 
+    # Until the command takes the signals (hogwild.process.signals.install), nothing has been
+    # started: a stop is one line and the exit, not KeyboardInterrupt's traceback.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stopped_early)
     finished: list = []  # every finished run's Trainer, freed by the exit itself (cli.job.run_job)
     code = main(finished=finished)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # over: its exit code stands
+        signal.signal(signum, signal.SIG_IGN)
     atexit._run_exitfuncs()  # logging's flush, our /dev/shm cleanup (hogwild.process.sharing), ...
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -62,6 +69,17 @@ def run() -> None:
         except (BrokenPipeError, OSError):
             pass
     os._exit(code)
+
+
+def _stopped_early(signum: int, frame) -> None:
+    import signal
+
+    name = signal.Signals(signum).name
+    try:
+        print(f"hogwild: interrupted by {name} before the run started; nothing was written")
+        sys.stdout.flush()
+    finally:
+        os._exit(128 + signum)
 
 
 def main(argv: list[str] | None = None, finished: list | None = None) -> int:
