@@ -97,11 +97,12 @@ def test_the_hparams_tab_has_what_ran_as_columns_and_the_final_figures(board):
     )["sessionGroups"]
     rows = {g["name"]: g["hparams"] for g in groups}
     assert sorted(name[:3] for name in rows) == ["#0 ", "#1 "], rows  # job number, then time
-    assert sorted(row["05_num_workers"] for row in rows.values()) == [
+    assert sorted(row["04_num_workers"] for row in rows.values()) == [
         "1",
         "2",
     ]  # text: "1", not "1.0000"
-    assert {row["02_data"] for row in rows.values()} == {"synthetic"}
+    assert {row["01_data"] for row in rows.values()} == {"synthetic"}
+    assert {row["05_lr"] for row in rows.values()} == {0.05}  # shown at first, a number
 
 
 def browser() -> str | None:
