@@ -290,9 +290,14 @@ def _print_report(trainer) -> int:
     failure, lines = summary.console_lines(trainer.output_dir)
     if summary.status != "completed" and not summary.distributed:
         if os.path.exists(os.path.join(trainer.output_dir, "checkpoints", "last.pt")):
-            from hogwild.cli.resume import command
+            from hydra.core.hydra_config import HydraConfig
+            from omegaconf import OmegaConf
 
-            lines.append(f"  {'resume with':<14} {command(_shown(trainer.output_dir))}")
+            from hogwild.cli.resume import command, config_dir_given
+
+            sources = OmegaConf.to_container(HydraConfig.get().runtime.config_sources)
+            again = command(_shown(trainer.output_dir), config_dir_given(sources))
+            lines.append(f"  {'resume with':<14} {again}")
     if failure:
         print(failure, file=sys.stderr)
     try:

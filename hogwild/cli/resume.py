@@ -77,7 +77,10 @@ def with_own_overrides(overrides: list[str]) -> Resumed | None:
     kept = [o for o in saved if _key(o) not in added_now]
     own = [o for o in saved if _key(o) not in given]
     own = [o for i, o in enumerate(own) if _key(o) not in {_key(p) for p in own[i + 1 :]}]
-    return Resumed(folder, own, [*kept, *overrides])
+    # before the first override given now, after the options before it (`--config-dir X`):
+    # Hydra's argparse takes the overrides only as one unbroken run of words
+    first = next((i for i, o in enumerate(overrides) if "=" in o and not o.startswith("-")), 0)
+    return Resumed(folder, own, [*overrides[:first], *kept, *overrides[first:]])
 
 
 def changes(folder: Path, now: dict[str, Any]) -> list[str]:
@@ -112,6 +115,18 @@ def _flat(values: dict[str, Any], prefix: str = ""):
             yield f"{prefix}{key}", value
 
 
-def command(folder: str) -> str:
-    """What a user types to continue the run in `folder` (its own overrides come back)."""
-    return f"python -m hogwild train {shlex.quote(f'hydra.run.dir={folder}')} resume_from=auto"
+def command(folder: str, config_dir: str | None = None) -> str:
+    """What a user types to continue the run in `folder` (its own overrides come back; a
+    `--config-dir` is not an override, so it is given again)."""
+    extra = f"--config-dir {shlex.quote(config_dir)} " if config_dir else ""
+    where = shlex.quote(f"hydra.run.dir={folder}")
+    return f"python -m hogwild train {extra}{where} resume_from=auto"
+
+
+def config_dir_given(sources: list[dict[str, Any]]) -> str | None:
+    """The `--config-dir` of a run, from Hydra's runtime.config_sources (its provider is
+    `command-line`)."""
+    for source in sources:
+        if source.get("provider") == "command-line" and source.get("schema") == "file":
+            return str(source.get("path")) or None
+    return None

@@ -46,6 +46,13 @@ def test_another_choice_of_a_group_drops_the_runs_values_inside_it(tmp_path):
     assert got.overrides[:2] == ["data=synthetic", "trainer.epochs=1"]  # data=digits wins
 
 
+def test_the_runs_own_overrides_go_after_the_options_given_now(tmp_path):
+    write_run(tmp_path / "a", ["model=small"], {})
+    now = ["--config-dir", "my configs", f"hydra.run.dir={tmp_path / 'a'}", "resume_from=auto"]
+    got = resume.with_own_overrides(now)
+    assert got.overrides == ["--config-dir", "my configs", "model=small", *now[2:]]
+
+
 def test_nothing_changes_without_a_run_to_read(tmp_path):
     assert resume.with_own_overrides(["trainer.epochs=2"]) is None
     assert resume.with_own_overrides(["resume_from=auto"]) is None  # no fixed folder
@@ -66,7 +73,17 @@ def test_changes_name_every_value_that_differs_from_the_runs_config(tmp_path):
     assert resume.changes(tmp_path, now) == ["optimizer.lr (none) -> 0.1", "trainer.epochs 2 -> 4"]
 
 
-def test_the_command_is_quoted_for_the_shell():
+def test_the_command_is_quoted_for_the_shell_and_gives_the_config_dir_again():
     assert resume.command("runs/my run") == (
         "python -m hogwild train 'hydra.run.dir=runs/my run' resume_from=auto"
     )
+    sources = [
+        {"path": "hydra.conf", "schema": "pkg", "provider": "hydra"},
+        {"path": "/work/my configs", "schema": "file", "provider": "command-line"},
+        {"path": "/work/main/configs", "schema": "file", "provider": "main"},
+    ]
+    given = resume.config_dir_given(sources)
+    assert resume.command("runs/a", given) == (
+        "python -m hogwild train --config-dir '/work/my configs' hydra.run.dir=runs/a resume_from=auto"
+    )
+    assert resume.config_dir_given(sources[::2]) is None
