@@ -23,6 +23,7 @@ def describe(e: BaseException, overrides: list[str], config_dir: str) -> str | N
     """The one line for a composition error, or None when `e` is not one."""
     from hydra.errors import (
         ConfigCompositionException,
+        HydraException,
         MissingConfigException,
         OverrideParseException,
         SearchPathException,
@@ -47,6 +48,8 @@ def describe(e: BaseException, overrides: list[str], config_dir: str) -> str | N
         match = re.search(r"directory '([^']*)' not found", str(e))
         folder = match.group(1) if match else _first_line(e)
         return f"--config-dir {folder}: no such folder (give a folder of YAML config groups)"
+    if isinstance(e, HydraException):  # what Hydra refuses of the command (a sweep it cannot run)
+        return _first_line(e)
     return None
 
 

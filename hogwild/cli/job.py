@@ -221,8 +221,10 @@ def _start(run, raw: dict, setup, ahead, started_at: float | None, save_config):
         with claim or contextlib.nullcontext():
             if node.is_writer:
                 # a folder this run may not write is refused before its record is touched:
-                # `.hydra/` of a finished run stays as that run wrote it
-                preflight.check_folder(run.output_dir, run.resume_from)
+                # `.hydra/` of a finished run stays as that run wrote it. (Under torchrun the
+                # nodes hear of a refusal in pre-flight, where they agree on the run.)
+                if run.distributed.mode != "torchrun":
+                    preflight.check_folder(run.output_dir, run.resume_from)
                 save_config()
             return _fit(run, raw, setup, started_at, node)
     finally:

@@ -32,6 +32,7 @@ and `__del__`) is tried again too (`Receiver.unraisable`).
 from __future__ import annotations
 
 import _thread
+import collections
 import contextlib
 import os
 import signal
@@ -90,7 +91,9 @@ class Receiver:
         self.relays: list[SignalRelay] = []
         self.deferred: list[int] = []  # signals to raise in the main thread
         self.forwarded = 0  # interrupt_main calls not yet handled there
-        self.retry: int | None = None  # a signal to hand to the main thread again (lock-free)
+        # signals to hand to the main thread again: a deque, whose append and popleft need no
+        # lock (the main thread may hold the receiver's lock where it sets one)
+        self.retry: collections.deque[int] = collections.deque()
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.stopping = False
@@ -112,9 +115,7 @@ class Receiver:
 
     def _run(self) -> None:
         while True:
-            waited = signal.sigtimedwait(
-                SIGNALS, RETRY_SECONDS if self.retry is not None else IDLE_SECONDS
-            )
+            waited = signal.sigtimedwait(SIGNALS, RETRY_SECONDS if self.retry else IDLE_SECONDS)
             if self.stopping:
                 return
             if waited is None:
@@ -126,7 +127,9 @@ class Receiver:
                 _thread.interrupt_main(waited.si_signo)
 
     def _forward_retry(self) -> None:
-        signum, self.retry = self.retry, None
+        signum = None
+        while self.retry:  # the latest one; one raise stops the run
+            signum = self.retry.popleft()
         with self.lock:
             if signum is not None and not self.stopping and not self.relays:
                 _thread.interrupt_main(signum)  # a flag for the main thread: no wait here
@@ -145,7 +148,7 @@ class Receiver:
     def on_main(self, signum: int, frame) -> None:
         """The Python handler of all three, run in the main thread."""
         if not interruptible(frame):  # not here: again in a moment (no lock taken: the main
-            self.retry = signum  # thread may hold it, in this module's code)
+            self.retry.append(signum)  # thread may hold it, in this module's code)
             return
         with self.lock:
             forwarded = self.forwarded > 0
@@ -158,7 +161,7 @@ class Receiver:
         """sys.unraisablehook while installed: an `Interrupted` that a callback swallowed (Python
         only reports those) is raised again, from the next place it may be."""
         if isinstance(info.exc_value, Interrupted):
-            self.retry = info.exc_value.signum  # not deferred any more: taken anew then
+            self.retry.append(info.exc_value.signum)  # not deferred any more: taken anew
             return
         self.unraisable_hook(info)
 
@@ -168,12 +171,14 @@ class Receiver:
                 return
             first = self.deferred[0]
             self.deferred.clear()
+            self.retry.clear()  # raised now: a retry pending from a refused place is done too
         raise Interrupted(first)
 
     def open(self, relay: SignalRelay) -> None:
         with self.lock:  # a signal just before the run took its signals: the run's first stop
             relay.pending.extend(self.deferred)
             self.deferred.clear()
+            self.retry.clear()
             self.relays.append(relay)
 
     def close(self, relay: SignalRelay) -> None:
@@ -190,6 +195,9 @@ def interruptible(frame) -> bool:
     while frame is not None:
         module = frame.f_globals.get("__name__") or ""
         top = module.partition(".")[0]
+        if module.startswith("hydra._internal.instantiate"):  # it calls the user's factory:
+            innermost, frame = False, frame.f_back  # that code, not Hydra's state, runs
+            continue
         if module == __name__ or top in NOT_INSIDE:
             return False
         if innermost and module.startswith("importlib._bootstrap"):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from support import SMALL, assert_refused_cleanly, cli_env, run_cli
+from support import SMALL, assert_refused_cleanly, cli_env, run_cli, run_sweep
 
 
 def test_bad_config_is_one_line_from_a_real_process(tmp_path):
@@ -61,3 +61,16 @@ def test_a_refused_run_leaves_no_folder_at_all(tmp_path):
     )  # fmt: skip
     assert result.returncode == 2 and "trainer.num_workers=0" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "sweep, fragment",
+    [
+        ("trainer.num_workers=[1,2", "cannot read the override 'trainer.num_workers=[1,2'"),
+        ("trainer.epochs=interval(1,3)", "BasicSweeper does not support sweep type"),
+    ],
+)
+def test_a_sweep_hydra_cannot_expand_is_one_line(tmp_path, sweep, fragment):
+    result = run_sweep([sweep], tmp_path / "sweep")
+    assert_refused_cleanly(result, tmp_path / "sweep", fragment)
+    assert not (tmp_path / "sweep").exists()

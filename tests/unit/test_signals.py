@@ -69,6 +69,21 @@ def test_where_interrupted_may_be_raised():
         )
     ours = in_module("hogwild.cli.job", "def f(g, h):\n    return g(h)")
     assert signals.interruptible(ours(in_module("torch", "def f(g):\n    return g()"), here))
+    # Hydra's instantiate calling the user's factory: the factory's code runs, not Hydra's state
+    instantiate = in_module(
+        "hydra._internal.instantiate._instantiate2", "def f(g):\n    return g()"
+    )
+    assert signals.interruptible(ours(instantiate, here))
+
+
+def test_a_signal_raised_once_leaves_no_retry_to_raise_it_again(installed):
+    taker = signals.receiver()
+    with taker.lock:
+        taker.deferred.append(signal.SIGINT)
+    taker.retry.append(signal.SIGINT)  # refused once in a library, then raised by born_deaf
+    with pytest.raises(signals.Interrupted):
+        taker.raise_deferred()
+    assert not taker.retry and not taker.deferred
 
 
 def test_a_signal_inside_a_library_waits_until_the_main_thread_is_out(installed, monkeypatch):
