@@ -36,8 +36,15 @@ EXPORTS = {  # name -> the module that defines it
 def __getattr__(name: str):
     # Imported on first use: `hogwild --help` should not pay for importing torch (~1.5 s), and
     # the CLI takes Ctrl-C before anything else is imported (hogwild.cli.main.run).
-    if name in EXPORTS:
-        import importlib
+    import importlib
 
+    if name in EXPORTS:
         return getattr(importlib.import_module(EXPORTS[name]), name)
-    raise AttributeError(f"module 'hogwild' has no attribute {name!r}")
+    try:  # a subpackage (hogwild.errors, hogwild.config, ...), as eager imports once gave
+        return importlib.import_module(f"hogwild.{name}")
+    except ModuleNotFoundError:
+        raise AttributeError(f"module 'hogwild' has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *EXPORTS])

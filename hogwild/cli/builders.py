@@ -48,8 +48,10 @@ def _locate(path: str) -> Any:
     for i in range(len(parts), 0, -1):
         try:
             found = importlib.import_module(".".join(parts[:i]))
-        except (ImportError, SyntaxError, ValueError):
+        except ImportError:
             continue
+        except Exception:  # noqa: BLE001 - a module that fails as it loads: instantiate says why
+            return None
         try:
             for attr in parts[i:]:
                 found = getattr(found, attr)

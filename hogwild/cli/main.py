@@ -54,14 +54,16 @@ def run() -> None:
     import atexit
     import signal
 
-    # Until the command takes the signals (hogwild.process.signals.install), nothing has been
-    # started: a stop is one line and the exit, not KeyboardInterrupt's traceback.
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    # Until `train` takes the signals (hogwild.process.signals.install), nothing has been
+    # started: a stop is one line and the exit, not KeyboardInterrupt's traceback. (bench and
+    # doctor keep Python's own: their clean-up runs in `finally` blocks.)
+    training = sys.argv[1:2] == ["train"]
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if training else ():
         signal.signal(signum, _stopped_early)
     finished: list = []  # every finished run's Trainer, freed by the exit itself (cli.job.run_job)
     code = main(finished=finished)
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # over: its exit code stands
-        signal.signal(signum, signal.SIG_IGN)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if training else ():
+        signal.signal(signum, signal.SIG_IGN)  # the run is over: its exit code stands
     atexit._run_exitfuncs()  # logging's flush, our /dev/shm cleanup (hogwild.process.sharing), ...
     for stream in (sys.stdout, sys.stderr):
         try:

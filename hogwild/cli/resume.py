@@ -12,6 +12,7 @@ without `.hydra/` (a Python API run) resumes with what is given now, as before.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,14 @@ def _key(override: str) -> str:
 
 
 def _value(overrides: list[str], key: str) -> str | None:
+    """The value given last for `key`, unquoted as Hydra reads it (`'runs/my run'`)."""
     values = [o.split("=", 1)[1] for o in overrides if "=" in o and _key(o) == key]
-    return values[-1] if values else None
+    if not values:
+        return None
+    value = values[-1]
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        value = value[1:-1].replace(f"\\{value[0]}", value[0]).replace("\\\\", "\\")
+    return value
 
 
 def continued_folder(overrides: list[str]) -> Path | None:
@@ -44,7 +51,7 @@ def continued_folder(overrides: list[str]) -> Path | None:
     if resume == "auto":
         folder = _value(overrides, "hydra.run.dir")
         return Path(folder) if folder else None
-    checkpoint = Path(resume.strip("'\""))
+    checkpoint = Path(resume)
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
 
 
@@ -67,14 +74,22 @@ def with_own_overrides(overrides: list[str]) -> Resumed | None:
         return None
     saved = [o for o in saved if not _key(o).startswith("hydra.") and _key(o) != "resume_from"]
     given = {_key(o) for o in overrides if "=" in o or o.startswith("~")}
-    # Hydra lets a later `key=value` replace an earlier one, but refuses a key added twice
-    # (`+experiment=a +experiment=b`): a key added or removed now drops the run's own
-    added_now = {_key(o) for o in overrides if o.startswith(("+", "~"))}
-    # another choice of a group now (data=digits): the run's values inside it (data.seed=3)
-    # belonged to the old choice
-    groups_now = {k for k in given if "." not in k}
-    saved = [o for o in saved if _key(o).split(".", 1)[0] not in groups_now or "." not in _key(o)]
-    kept = [o for o in saved if _key(o) not in added_now]
+    # Hydra lets a later `key=value` replace an earlier one (and `~key` remove it), but refuses
+    # a key added twice (`+experiment=a +experiment=b`) and a value for a key removed before
+    added_now = {_key(o) for o in overrides if o.startswith("+")}
+    valued_now = {_key(o) for o in overrides if "=" in o}
+    # another choice of a group now (data=digits after data=synthetic): the run's values inside
+    # it (data.seed=3) belonged to the old choice; the same choice again keeps them
+    changed_groups = {k for k in given if "." not in k and _value(overrides, k) != _value(saved, k)}
+    saved = [
+        o for o in saved if "." not in _key(o) or _key(o).split(".", 1)[0] not in changed_groups
+    ]
+    kept = [
+        o
+        for o in saved
+        if not (o.startswith("+") and _key(o) in added_now)
+        and not (o.startswith("~") and _key(o) in valued_now)
+    ]
     own = [o for o in saved if _key(o) not in given]
     own = [o for i, o in enumerate(own) if _key(o) not in {_key(p) for p in own[i + 1 :]}]
     # before the first override given now, after the options before it (`--config-dir X`):
@@ -117,8 +132,11 @@ def _flat(values: dict[str, Any], prefix: str = ""):
 
 def command(folder: str, config_dir: str | None = None) -> str:
     """What a user types to continue the run in `folder` (its own overrides come back; a
-    `--config-dir` is not an override, so it is given again)."""
+    `--config-dir` is not an override, so it is given again). A folder with characters that
+    Hydra's grammar reads only quoted (`=`, `,`, a space) is quoted for Hydra, then the shell."""
     extra = f"--config-dir {shlex.quote(config_dir)} " if config_dir else ""
+    if re.search(r"[^A-Za-z0-9_./-]", folder):
+        folder = "'" + folder.replace("\\", "\\\\").replace("'", "\\'") + "'"
     where = shlex.quote(f"hydra.run.dir={folder}")
     return f"python -m hogwild train {extra}{where} resume_from=auto"
 

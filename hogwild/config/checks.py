@@ -179,6 +179,8 @@ def check_arguments(section: str, values: dict[str, Any], target: Callable, supp
         return
     for key, value in given.items():
         hint = hints.get(key)
+        if value is None and getattr(parameters.get(key), "default", 0) is None:
+            continue  # `x: int = None`: None is what it takes by default
         if hint is not None and _matches(value, hint) is False:
             whose = f"the {key} of {target.__module__}.{target.__qualname__}"
             yaml = any(isinstance(v, str) and "- " in v for v in _items(value))
@@ -208,14 +210,14 @@ def _matches(value: Any, hint: Any) -> bool | None:
     if origin in (typing.Union, types.UnionType):
         fits = [_matches(value, a) for a in args]
         return True if any(fits) else (None if None in fits else False)
-    if hint is bool:
-        return isinstance(value, bool)
+    if hint is bool:  # 0 and 1 too: Python takes them as false and true
+        return isinstance(value, bool) or value in (0, 1)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if hint is float:
         return isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
+    if hint is str:  # a number where a string is meant (`id: 123`) is the call's to judge
+        return isinstance(value, str) or None
     if origin in (list, tuple, AbstractSequence, typing.Sequence) or hint in (list, tuple):
         if not isinstance(value, list | tuple):
             return False

@@ -43,8 +43,8 @@ def idle_cores(cores: int) -> int:
     (rounded down, so the CLI's own start-up does not count). Threads beyond a core that is
     free were measured to collapse: 1 worker x 2 threads ran at 9-17k samples/s beside other
     work on 2 cores, 1 x 1 thread at 32-39k."""
-    try:
-        busy = int(os.getloadavg()[0])
+    try:  # the machine's load, in the share of its cores this process may use
+        busy = int(os.getloadavg()[0] * cores / (os.cpu_count() or cores))
     except OSError:  # no load average on this system
         busy = 0
     return max(1, cores - busy)

@@ -74,6 +74,7 @@ def test_auto_threads_count_only_the_cores_other_work_leaves_idle(monkeypatch):
     from hogwild.config import schema
 
     monkeypatch.setattr(schema, "usable_cores", lambda: 8)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)  # this process may use all of them
     monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.0, 0.0))  # a quiet machine
     assert run_config(["trainer.threads_per_worker=auto"]).trainer.threads_per_worker == 4
     monkeypatch.setattr(os, "getloadavg", lambda: (4.7, 0.0, 0.0))  # 4 cores busy elsewhere
@@ -236,3 +237,14 @@ def test_every_shipped_section_passes_the_check_of_what_its_target_takes():
             check_arguments(group, values, get_object(values["_target_"]), supplied)
             checked += 1
     assert checked >= 15
+
+
+def test_the_target_check_takes_what_python_would():
+    from hogwild.config.checks import check_arguments
+
+    def build(hidden: int = None, fused: bool = False, name: str = "x", sizes=(1,)):
+        return hidden
+
+    check_arguments("model", {"hidden": None, "fused": 1, "name": 123, "sizes": [2]}, build)
+    with pytest.raises(ConfigError, match="model.hidden='8' is not valid: expected an integer"):
+        check_arguments("model", {"hidden": "8"}, build)

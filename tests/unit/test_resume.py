@@ -3,6 +3,10 @@ those given now apply after them, and what differs is named."""
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
+import pytest
 import yaml
 
 from hogwild.cli import resume
@@ -53,6 +57,18 @@ def test_the_runs_own_overrides_go_after_the_options_given_now(tmp_path):
     assert got.overrides == ["--config-dir", "my configs", "model=small", *now[2:]]
 
 
+def test_the_same_group_choice_keeps_the_runs_values_and_removals_stay_valid(tmp_path):
+    run = tmp_path / "a"
+    own = ["data=synthetic", "data.num_samples=2000", "+trainer.foo=1", "~trainer.max_restarts"]
+    write_run(run, own, {})
+    now = [f"resume_from={run}/checkpoints/last.pt", "data=synthetic", "~trainer.foo"]
+    now.append("trainer.max_restarts=3")
+    got = resume.with_own_overrides(now)
+    # data.num_samples stays (same choice); +trainer.foo stays for ~trainer.foo to remove; a
+    # value given now for a key the run removed drops that removal
+    assert got.overrides == ["data=synthetic", "data.num_samples=2000", "+trainer.foo=1", *now]
+
+
 def test_nothing_changes_without_a_run_to_read(tmp_path):
     assert resume.with_own_overrides(["trainer.epochs=2"]) is None
     assert resume.with_own_overrides(["resume_from=auto"]) is None  # no fixed folder
@@ -73,10 +89,18 @@ def test_changes_name_every_value_that_differs_from_the_runs_config(tmp_path):
     assert resume.changes(tmp_path, now) == ["optimizer.lr (none) -> 0.1", "trainer.epochs 2 -> 4"]
 
 
-def test_the_command_is_quoted_for_the_shell_and_gives_the_config_dir_again():
-    assert resume.command("runs/my run") == (
-        "python -m hogwild train 'hydra.run.dir=runs/my run' resume_from=auto"
-    )
+@pytest.mark.parametrize("folder", ["runs/a", "runs/my run", "q/lr=0.1", "runs/a,b", "é's"])
+def test_the_command_is_quoted_for_hydra_and_the_shell(folder):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    words = shlex.split(resume.command(folder))
+    assert words[:4] == ["python", "-m", "hogwild", "train"] and words[5] == "resume_from=auto"
+    (parsed,) = OverridesParser.create().parse_overrides([words[4]])
+    assert parsed.key_or_group == "hydra.run.dir" and parsed.value() == folder
+    assert resume.continued_folder(words[4:6]) == Path(folder)  # read back as Hydra reads it
+
+
+def test_the_command_gives_the_config_dir_again():
     sources = [
         {"path": "hydra.conf", "schema": "pkg", "provider": "hydra"},
         {"path": "/work/my configs", "schema": "file", "provider": "command-line"},
