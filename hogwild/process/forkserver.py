@@ -85,10 +85,10 @@ def fork_server(start_method: str) -> None:
     spawn needs the resource tracker only."""
     if start_method == "fork":
         return
-    from multiprocessing import forkserver, resource_tracker
+    from multiprocessing import forkserver
 
-    with signals.born_deaf():  # the resource tracker and the fork server ignore Ctrl-C
-        resource_tracker.ensure_running()
+    signals.start_resource_tracker()  # first: it unblocks the signals it launches with
+    with signals.born_deaf():  # the fork server ignores Ctrl-C
         if start_method == "forkserver":
             # torch and torch._dynamo are imported once, in the fork server; each worker is then
             # a cheap fork of it. The same server as torch.multiprocessing's forkserver context.

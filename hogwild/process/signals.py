@@ -91,9 +91,11 @@ class Receiver:
         self.relays: list[SignalRelay] = []
         self.deferred: list[int] = []  # signals to raise in the main thread
         self.forwarded = 0  # interrupt_main calls not yet handled there
-        # signals to hand to the main thread again: a deque, whose append and popleft need no
-        # lock (the main thread may hold the receiver's lock where it sets one)
-        self.retry: collections.deque[int] = collections.deque()
+        # signals to hand to the main thread again, as (signum, recorded): recorded when it is in
+        # `deferred` already (forwarded by the receiver), not when it came to the main thread
+        # directly or was swallowed by a callback. A deque: append and popleft need no lock
+        # (the main thread may hold the receiver's lock where it adds one).
+        self.retry: collections.deque[tuple[int, bool]] = collections.deque()
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.stopping = False
@@ -127,11 +129,20 @@ class Receiver:
                 _thread.interrupt_main(waited.si_signo)
 
     def _forward_retry(self) -> None:
-        signum = None
-        while self.retry:  # the latest one; one raise stops the run
-            signum = self.retry.popleft()
+        """Hand the waiting signals to the main thread again; one it has not recorded yet is
+        recorded now (or goes to the run's relay, when one has opened meanwhile): none is lost."""
         with self.lock:
-            if signum is not None and not self.stopping and not self.relays:
+            while self.retry:
+                signum, recorded = self.retry.popleft()
+                if self.stopping:
+                    continue
+                if self.relays:  # the run owns signals now (a recorded one moved with `open`)
+                    if not recorded:
+                        self.relays[-1].pending.append(signum)
+                    continue
+                if not recorded:
+                    self.deferred.append(signum)
+                    self.forwarded += 1
                 _thread.interrupt_main(signum)  # a flag for the main thread: no wait here
 
     def _take(self, signum: int) -> bool:
@@ -148,7 +159,8 @@ class Receiver:
     def on_main(self, signum: int, frame) -> None:
         """The Python handler of all three, run in the main thread."""
         if not interruptible(frame):  # not here: again in a moment (no lock taken: the main
-            self.retry.append(signum)  # thread may hold it, in this module's code)
+            # thread may hold it, in this module's code; a forwarded one is recorded already)
+            self.retry.append((signum, self.forwarded > 0))
             return
         with self.lock:
             forwarded = self.forwarded > 0
@@ -161,7 +173,7 @@ class Receiver:
         """sys.unraisablehook while installed: an `Interrupted` that a callback swallowed (Python
         only reports those) is raised again, from the next place it may be."""
         if isinstance(info.exc_value, Interrupted):
-            self.retry.append(info.exc_value.signum)  # not deferred any more: taken anew
+            self.retry.append((info.exc_value.signum, False))  # not deferred any more
             return
         self.unraisable_hook(info)
 
@@ -178,7 +190,10 @@ class Receiver:
         with self.lock:  # a signal just before the run took its signals: the run's first stop
             relay.pending.extend(self.deferred)
             self.deferred.clear()
-            self.retry.clear()
+            while self.retry:  # those not recorded yet go to the run too
+                signum, recorded = self.retry.popleft()
+                if not recorded:
+                    relay.pending.append(signum)
             self.relays.append(relay)
 
     def close(self, relay: SignalRelay) -> None:
@@ -247,9 +262,9 @@ def restore(previous: dict[str, Any]) -> None:
 @contextlib.contextmanager
 def born_deaf():
     """Around starting children (workers, the fork server, torch_shm_manager): they begin life
-    ignoring Ctrl-C and hangups. Afterwards the signals are blocked again (Python's resource
-    tracker, started with the first spawned child, unblocks SIGINT and SIGTERM in this thread:
-    CPython's multiprocessing/resource_tracker.py), and one that came meanwhile is acted on."""
+    ignoring Ctrl-C and hangups. Afterwards the signals are blocked again (a child that launches
+    Python's resource tracker unblocks SIGINT and SIGTERM in this thread: launch it before,
+    with `start_resource_tracker`), and one that came meanwhile is acted on."""
     taker = receiver()
     if taker is None or threading.current_thread() is not threading.main_thread():
         yield
@@ -264,6 +279,20 @@ def born_deaf():
         with taker.lock:
             taker.forwarded = 0  # forwarded to SIG_IGN: lost there, still deferred here
         taker.raise_deferred()
+
+
+def start_resource_tracker() -> None:
+    """Python's resource tracker (spawn and forkserver need it), launched with hogwild's own
+    handlers in place. CPython unblocks SIGINT and SIGTERM in the thread that launches it
+    (multiprocessing/resource_tracker.py): inside `born_deaf`, a terminal's Ctrl-C in that
+    moment met an ignored disposition in the main thread and was lost (the run went on to the
+    end). Here it meets the handler, and the signals are blocked again at once. The tracker
+    ignores both signals itself."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    if receiver() is not None and threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS))
 
 
 def installed() -> bool:

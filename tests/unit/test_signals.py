@@ -184,3 +184,8 @@ def test_a_fork_server_whose_orchestrator_died_before_its_guard_exits_at_once(mo
     monkeypatch.setenv(server_guard.PARENT_ENV, str(os.getpid()))
     server_guard.guard()
     server_guard.guard()  # unmarked (any process but that fork server): nothing happens
+
+
+def test_the_resource_tracker_is_launched_with_the_signals_blocked_again(installed):
+    signals.start_resource_tracker()  # CPython unblocks SIGINT and SIGTERM as it launches it
+    assert set(signals.SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
