@@ -204,8 +204,9 @@ class Receiver:
 def interruptible(frame) -> bool:
     """Whether `Interrupted` may be raised at `frame`, the main thread's next instruction: not
     in this module (it holds the receiver's lock), nor as the first thing inside importlib's
-    machinery (its locks), nor anywhere inside a NOT_INSIDE library called from the code that
-    runs, up to the first frame of hogwild's own."""
+    machinery (its locks), nor under a C extension's initialisation (`create_module`), nor
+    anywhere inside a NOT_INSIDE library called from the code that runs, up to the first frame
+    of hogwild's own."""
     innermost = True
     while frame is not None:
         module = frame.f_globals.get("__name__") or ""
@@ -217,6 +218,9 @@ def interruptible(frame) -> bool:
             return False
         if innermost and module.startswith("importlib._bootstrap"):
             return False
+        if module.startswith("importlib._bootstrap") and frame.f_code.co_name == "create_module":
+            return False  # a C extension's init, whose own imports' errors it may swallow
+            # (torch._C imports numpy: an exception there left torch without numpy, unraised)
         if top == "hogwild":
             return True
         innermost, frame = False, frame.f_back

@@ -59,6 +59,11 @@ def test_where_interrupted_may_be_raised():
     assert signals.interruptible(here())  # the user's code, torch's import, a test
     machinery = in_module("importlib._bootstrap", "def f():\n    return sys._getframe()")
     assert not signals.interruptible(machinery())  # its own locks: the import lock held for good
+    # a C extension's init importing Python code (torch._C imports numpy): it swallows errors
+    init = in_module(
+        "importlib._bootstrap_external", "def create_module(g):\n    return g()\nf = create_module"
+    )
+    assert not signals.interruptible(init(here)) and signals.interruptible(here())
     for library in ("omegaconf.dictconfig", "hydra._internal.utils", "logging", "yaml.emitter"):
         inner = in_module(library, "def f():\n    return sys._getframe()")
         assert not signals.interruptible(inner())
