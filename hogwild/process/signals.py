@@ -120,7 +120,10 @@ class Receiver:
             waited = signal.sigtimedwait(SIGNALS, RETRY_SECONDS if self.retry else IDLE_SECONDS)
             if self.stopping:
                 return
-            if waited is None:
+            # None: the wait timed out. CPython 3.11 also returns an uninitialised siginfo
+            # when the wait was interrupted (SIGSTOP, then SIGCONT) and its time ran out
+            # meanwhile: a signal number that is not one of ours is a timeout too.
+            if waited is None or waited.si_signo not in SIGNALS:
                 self._forward_retry()
                 continue
             if self._take(waited.si_signo):
