@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from hogwild.reporting.text import plural
+from hogwild.reporting.text import plural, shown_path
 
 log = logging.getLogger("hogwild")
 
@@ -273,12 +273,6 @@ def _tag_log_lines(tag: str) -> None:
         handler.addFilter(Tag())
 
 
-def _shown(folder: str) -> str:
-    """A folder as the report shows it: relative to here unless it lies above."""
-    rel = os.path.relpath(folder)
-    return folder if rel.startswith("..") else rel
-
-
 def _print_report(trainer) -> int:
     """The few lines a user reads at the end of a run (rank 0's; the other nodes say one)."""
     node = trainer.node
@@ -298,7 +292,7 @@ def _print_report(trainer) -> int:
             from hogwild.cli.resume import command, config_dir_given
 
             sources = OmegaConf.to_container(HydraConfig.get().runtime.config_sources)
-            again = command(_shown(trainer.output_dir), config_dir_given(sources))
+            again = command(shown_path(trainer.output_dir), config_dir_given(sources))
             lines.append(f"  {'resume with':<14} {again}")
     if failure:
         print(failure, file=sys.stderr)

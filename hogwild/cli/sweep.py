@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from hogwild.process.signals import SIGNALS, SignalRelay
-from hogwild.reporting.text import plural, print_cells
+from hogwild.reporting.text import plural, print_cells, shown_path
 
 FIELDS = (
     "status",
@@ -103,7 +103,7 @@ def print_table(rows: list[dict]) -> None:
             fmt(r["samples_per_second"], ",.0f"),
             _result(r),
             fmt(r["wall_seconds"], ".1f"),
-            "-" if r["status"] == NOT_RUN else _short(r["folder"]),
+            "-" if r["status"] == NOT_RUN else shown_path(r["folder"]),
         ]
         for r, mine in zip(rows, own)
     ]
@@ -168,11 +168,6 @@ def _composable(override: str) -> bool:
 
 def _job_line(number: int, overrides: list[str], line: str) -> str:
     return f"sweep job #{number} ({' '.join(overrides)}): {line}; no job was started"
-
-
-def _short(folder: str) -> str:
-    rel = os.path.relpath(folder)
-    return folder if rel.startswith("..") else rel
 
 
 class SweepRun:

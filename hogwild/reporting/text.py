@@ -4,6 +4,8 @@ and rows of text cells in aligned columns (the sweep table, the benchmark's tabl
 
 from __future__ import annotations
 
+import os
+
 
 def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else many or word + 's'}"
@@ -21,3 +23,9 @@ def print_cells(cells: list[list[str]], left: int) -> None:
         )
         if i == 0:
             print("  ".join("-" * w for w in widths))
+
+
+def shown_path(folder: str) -> str:
+    """A folder as the console shows it: relative to here, unless it lies above."""
+    rel = os.path.relpath(folder)
+    return folder if rel.startswith("..") else rel

@@ -17,7 +17,7 @@ from hogwild.optim import shared_state
 from hogwild.protocol import Control
 from hogwild.reporting import staleness
 from hogwild.reporting.sinks import ProgressWindow
-from hogwild.reporting.text import plural
+from hogwild.reporting.text import plural, shown_path
 from hogwild.run.context import RunContext
 from hogwild.run.state import RunState
 
@@ -83,8 +83,7 @@ class Summary:
                 "" if error.get("rank", -1) < 0 else f"worker {error['rank']}: "
             )  # -1: the orchestrator
             failure = f"hogwild: run failed: {who}{error.get('reason')}"
-        rel = os.path.relpath(output_dir)
-        rel = output_dir if rel.startswith("..") else rel
+        rel = shown_path(output_dir)
         checkpoint = os.path.join(output_dir, "checkpoints", "last.pt")
         rows = [
             *result_rows(s),
