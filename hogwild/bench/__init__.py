@@ -76,6 +76,8 @@ from hogwild.bench.runs import (
     run_plain,
     start_forkserver,
 )
+from hogwild.bench.scale import SIZES, table_users
+from hogwild.bench.scale import main as scale_main
 
 __all__ = ["main", "plot"]
 
@@ -110,12 +112,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-cli", action="store_true", help="skip the whole CLI run (its fixed-cost breakdown)"
     )
+    scale = p.add_argument_group("the scale benchmark (hogwild.bench.scale)")
+    scale.add_argument(
+        "--scale",
+        action="store_true",
+        help="matrix factorization at growing table sizes: memory, fixed costs, checkpoint "
+        "MB/s against dd, samples/s against a plain loop (minutes)",
+    )
+    scale.add_argument("--sizes", default=SIZES, help=f"embedding-table sizes (default: {SIZES})")
+    scale.add_argument(
+        "--ratings", type=int, default=2_000_000, help="training ratings per run (default: 2M)"
+    )
+    scale.add_argument("--optimizer", default="adagrad", help="the optimizer config group's choice")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
+    if args.scale:
+        out = args.out if args.out != "bench.json" else "bench-scale.json"
+        workers = args.workers[0] if args.workers else 2
+        for size in args.sizes.split(","):
+            try:
+                table_users(size)
+            except argparse.ArgumentTypeError as e:
+                p.error(str(e))
+        return scale_main(args.sizes, args.ratings, workers, args.optimizer, out, not args.no_plot)
 
     # Before any torch work here: with fork, workers inherit this process's OpenMP state, and a
     # child that asks for more threads than an already-started parent pool hangs (docs/performance.md).

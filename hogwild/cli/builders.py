@@ -8,7 +8,7 @@ where it is called on the shared parameters.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -17,6 +17,7 @@ from hydra.utils import instantiate
 
 from hogwild.config.checks import check_arguments
 from hogwild.errors import ConfigError, HogwildError
+from hogwild.process import sharing
 
 
 def _instantiate(section: str, values: Mapping[str, Any], **kwargs: Any) -> Any:
@@ -87,14 +88,42 @@ def build_optimizer_factory(values: Mapping[str, Any]) -> functools.partial:
     return _instantiate("optimizer", values)
 
 
-def build_workload(run, node, started_at: float | None = None):
+def build_workload(
+    run,
+    node,
+    started_at: float | None = None,
+    fits: Callable[[torch.nn.Module, int], None] | None = None,
+):
     """The run's workload and its model: a data set (supervised, sharded between torchrun
-    nodes) or, when the config has an `env` group, A3C on that environment."""
+    nodes) or, when the config has an `env` group, A3C on that environment.
+
+    The model is first built on the "meta" device (shapes only, no memory) and handed to
+    `fits` with the data's bytes, which may refuse a run that cannot fit before a byte of the
+    model exists; then it is built for real, its initial weights seeded by `trainer.seed`, and
+    on the CPU its big tensors straight in shared memory (hogwild.process.sharing.born_shared)."""
     if run.env is None:
         data = node.shard(build_data(run.data))
-        return data, build_model(run.model, data.input_shape, data.num_classes, data.model_kwargs)
-    from hogwild.workloads.a3c import A3CWorkload
+        args = (run.model, data.input_shape, data.num_classes, data.model_kwargs)
+        data_bytes = sharing.storage_bytes([data.train_x, data.train_y, data.test_x, data.test_y])
+        workload = data
+    else:
+        from hogwild.workloads.a3c import A3CWorkload
 
-    factory = _instantiate("env", run.env)
-    workload = A3CWorkload(factory, run.a3c, run.trainer.seed, started_at)
-    return workload, build_model(run.model, workload.input_shape, workload.num_actions)
+        factory = _instantiate("env", run.env)
+        workload = A3CWorkload(factory, run.a3c, run.trainer.seed, started_at)
+        args, data_bytes = (run.model, workload.input_shape, workload.num_actions), 0
+    on_cpu = torch.device(run.trainer.device).type == "cpu"
+    if fits is not None and on_cpu:
+        try:
+            with torch.device("meta"):
+                sized = build_model(*args)
+        except Exception:  # noqa: BLE001 - a model that cannot be built on meta: sized later
+            sized = None
+        if sized is not None:
+            fits(sized, data_bytes)
+    torch.manual_seed(run.trainer.seed)
+    if not on_cpu:
+        return workload, build_model(*args)
+    sharing.set_sharing_strategy(run.trainer.sharing_strategy)  # decides the kind of segment
+    with sharing.translating_failures("the model", "a smaller model"), sharing.born_shared():
+        return workload, build_model(*args)

@@ -235,14 +235,22 @@ def _fit(run, raw: dict, setup, started_at: float | None, node):
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     from hogwild.cli import builders
+    from hogwild.run import memory
     from hogwild.run.trainer import Trainer
 
+    factory = builders.build_optimizer_factory(run.optimizer)
+
+    def fits(model, data_bytes: int) -> None:  # before the model is built (hogwild.run.memory)
+        memory.check(
+            model, factory, run.shared_optimizer, run.trainer.num_workers, data_bytes, data_bytes
+        )
+
     with setup.timeline.phase("data_and_model"):  # a data set, or an environment (A3C)
-        data, model = builders.build_workload(run, node, started_at)
+        data, model = builders.build_workload(run, node, started_at, fits)
     trainer = Trainer(
         model=model,
         data=data,
-        optimizer_factory=builders.build_optimizer_factory(run.optimizer),
+        optimizer_factory=factory,
         trainer=run.trainer,
         batch_size=run.batch_size,
         output_dir=run.output_dir,

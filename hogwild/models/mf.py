@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from hogwild.errors import ConfigError
+from hogwild.models import init
 
 
 class MatrixFactorization(nn.Module):
@@ -39,7 +40,7 @@ class MatrixFactorization(nn.Module):
         self.item_bias = nn.Embedding(num_items, 1, sparse=sparse)
         self.bias = nn.Parameter(torch.tensor(3.5))  # dense, one scalar: the global mean rating
         for table in (self.user, self.item):
-            nn.init.normal_(table.weight, 0.0, init_std)
+            init.normal_(table.weight, 0.0, init_std)
         for table in (self.user_bias, self.item_bias):
             nn.init.zeros_(table.weight)
 

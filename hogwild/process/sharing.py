@@ -15,9 +15,11 @@ import re
 import resource
 import shutil
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 import torch.multiprocessing as mp
+from torch.overrides import TorchFunctionMode
 
 from hogwild.errors import PreflightError, SharedMemoryError
 
@@ -118,6 +120,73 @@ def check_fd_passing(num_tensors: int, start_method: str, strategy: str) -> None
             f"worker at most {most} shared tensors, but the model and data have {num_tensors}: "
             "use trainer.sharing_strategy=file_system (or trainer.start_method=spawn)"
         )
+
+
+# Tensors at least this big are created in shared memory by `born_shared`; smaller ones are
+# moved there later as usual (one segment, and under file_descriptor one fd, per tensor).
+BORN_SHARED_MIN_BYTES = 2**20
+
+
+@contextlib.contextmanager
+def born_shared(min_bytes: int = BORN_SHARED_MIN_BYTES, shm_dir: str = SHM_DIR) -> Iterator[None]:
+    """Build a model inside this and its big CPU tensors are created in shared memory, where
+    `share_memory()` finds them already: no second copy of a big table (which doubles its memory
+    for a moment) and no copying into shared memory (seconds per GiB). torch's factory functions
+    (`empty`, `zeros`, `ones`, `full`, as every nn module uses for its parameters) are
+    intercepted; anything else is created as usual. The sharing strategy must be set first
+    (`set_sharing_strategy`): it decides the kind of segment. More than /dev/shm holds is one
+    SharedMemoryError, before a page is touched."""
+    mode = _BornShared(min_bytes, shm_dir)
+    with mode:
+        yield
+
+
+class _BornShared(TorchFunctionMode):
+    FILL = {torch.zeros: 0, torch.ones: 1}
+
+    def __init__(self, min_bytes: int, shm_dir: str):
+        super().__init__()
+        self.min_bytes, self.shm_dir, self.total = min_bytes, shm_dir, 0
+        try:
+            self.free: int | None = shutil.disk_usage(shm_dir).free
+        except FileNotFoundError:
+            self.free = None  # no /dev/shm (not Linux): torch uses another mechanism
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.empty, torch.zeros, torch.ones, torch.full) and self._plain(kwargs):
+            meta = func(*args, **{**kwargs, "device": "meta", "requires_grad": False})
+            nbytes = meta.numel() * meta.element_size()
+            if nbytes >= self.min_bytes:
+                return self._shared(func, meta, nbytes, args, kwargs)
+        return func(*args, **kwargs)
+
+    @staticmethod
+    def _plain(kwargs: dict[str, Any]) -> bool:
+        device = kwargs.get("device")
+        return (
+            kwargs.get("out") is None
+            and kwargs.get("layout") in (None, torch.strided)
+            and not kwargs.get("pin_memory")
+            and torch.device(device if device is not None else torch.get_default_device()).type
+            == "cpu"
+        )
+
+    def _shared(self, func, meta: torch.Tensor, nbytes: int, args, kwargs) -> torch.Tensor:
+        self.total += nbytes
+        if self.free is not None and self.total * 1.05 > self.free:
+            raise SharedMemoryError(
+                f"{self.shm_dir} has {_size(self.free)} free but the model needs at least "
+                f"{_size(self.total)} of shared memory: free space in {self.shm_dir}, "
+                "enlarge it (e.g. docker --shm-size), or use a smaller model"
+            )
+        storage = torch.UntypedStorage._new_shared(nbytes)  # zero-filled, pages made on touch
+        t = torch.empty(0, dtype=meta.dtype).set_(storage, 0, meta.shape, meta.stride())
+        if func is torch.full:
+            t.fill_(args[1] if len(args) > 1 else kwargs["fill_value"])
+        elif self.FILL.get(func):
+            t.fill_(self.FILL[func])
+        return t.requires_grad_(bool(kwargs.get("requires_grad")))
 
 
 def share_tensors(tensors: Iterable[torch.Tensor]) -> None:

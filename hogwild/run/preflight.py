@@ -24,7 +24,7 @@ from hogwild.config.schema import TrainerConfig
 from hogwild.errors import CheckpointError, ConfigError, HogwildError, RunFolderError
 from hogwild.process import forkserver, sharing
 from hogwild.protocol import Control
-from hogwild.run import checkpoint
+from hogwild.run import checkpoint, memory
 from hogwild.run import folder as run_folder
 from hogwild.workloads import device as device_rules
 from hogwild.workloads.device import Layout
@@ -186,6 +186,7 @@ def prepare(
     resume_from: str | None,
     node,
     overwrite: bool = False,
+    shared_optimizer: bool = False,
 ) -> Plan:
     """Refuse a doomed run with one clear line (on every node), or return its plan."""
     facts = node.global_facts(
@@ -199,7 +200,16 @@ def prepare(
     )
     try:
         plan = _prepare(
-            cfg, model, workload, optimizer_factory, output_dir, resume_from, node, facts, overwrite
+            cfg,
+            model,
+            workload,
+            optimizer_factory,
+            output_dir,
+            resume_from,
+            node,
+            facts,
+            overwrite,
+            shared_optimizer,
         )
     except HogwildError as e:
         node.agree(facts, error=str(e))  # the other nodes stop now instead of at a timeout
@@ -224,7 +234,16 @@ def prepare(
 
 
 def _prepare(
-    cfg, model, workload, optimizer_factory, output_dir, resume_from, node, facts, overwrite
+    cfg,
+    model,
+    workload,
+    optimizer_factory,
+    output_dir,
+    resume_from,
+    node,
+    facts,
+    overwrite,
+    shared_optimizer,
 ) -> Plan:
     if node.is_writer:
         check_folder(output_dir, resume_from, overwrite)
@@ -234,6 +253,16 @@ def _prepare(
     if node.is_writer:
         check_writable(output_dir, model, optimizer_copies=2)  # room for an Adam-sized state
     device = device_rules.resolve(cfg.device)
+    if device.type == "cpu":  # the model and the data are in this process's memory already
+        data_bytes = sharing.storage_bytes(workload.host_tensors())
+        memory.check(
+            model,
+            optimizer_factory,
+            shared_optimizer,
+            cfg.num_workers,
+            data_bytes,
+            resident_bytes=memory.model_bytes(model) + data_bytes,
+        )
     on_device = device_rules.data_goes_to_device(
         sharing.storage_bytes(workload.host_tensors()), device, cfg.data_on_device
     )

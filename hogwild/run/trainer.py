@@ -199,6 +199,7 @@ class Trainer:
                 self.resume_from,
                 self.node,
                 self.overwrite,
+                self.shared_optimizer,
             )
         if self.overwrite and self.node.is_writer:
             run_folder.clear_outputs(self.output_dir)  # checked: the run starts now

@@ -1,0 +1,241 @@
+"""The scale benchmark: the framework's own costs as the model grows (`hogwild bench --scale`).
+
+Per embedding-table size (matrix factorization, 33 floats per row, users = 2 x items), one
+whole CLI run (`python -m hogwild train +experiment=matrix_factorization ...`, in a fresh
+interpreter, as a user runs it) and, beside it, a plain hand-written Hogwild loop on the same
+table and the same ratings (fork, shared model, the same optimizer), each in its own process
+tree. Printed per size: the peak memory of all the run's processes (PSS) against the model's
+bytes, each fixed cost from the run's summary.json, the final checkpoint's MB/s against `dd`
+writing as many bytes into the same folder (with fdatasync), and the samples/s of the
+framework and of the plain loop. Written to bench-scale.json (and a PNG beside it).
+
+    python -m hogwild bench --scale                       # 2 MB, 755 MB, 3 GiB
+    python -m hogwild bench --scale --sizes 2MB,10GiB --ratings 2000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+ROW_BYTES = 33 * 4  # dim 32 + the row's bias, float32
+SIZES = "2MB,755MB,3GiB"
+UNITS = {"KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+
+
+def table_users(size: str) -> int:
+    """Users for a table of `size` bytes ("755MB", "3GiB"): rows = users + users / 2."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMG]i?B)\s*", size)
+    if m is None or m[2] not in UNITS:
+        raise argparse.ArgumentTypeError(f"--sizes: {size!r} is not a size like 2MB, 755MB or 3GiB")
+    return max(2, round(float(m[1]) * UNITS[m[2]] / ROW_BYTES / 1.5))
+
+
+class TreePSS:
+    """Peak of the summed PSS of a process and all its descendants, sampled in a thread."""
+
+    def __init__(self, pid: int, interval: float = 0.1):
+        self.root, self.interval, self.peak = psutil.Process(pid), interval, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop.wait(self.interval):
+            total = 0
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            for p in procs:
+                try:
+                    total += p.memory_full_info().pss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            self.peak = max(self.peak, total)
+
+    def close(self) -> int:
+        self.stop.set()
+        self.thread.join()
+        return self.peak
+
+
+def _run(cmd: list[str], cwd: str, timeout: float) -> tuple[int, int, float, str]:
+    """(exit code, peak PSS, wall seconds, output tail) of one command's process tree."""
+    t0 = time.monotonic()
+    env = {**os.environ, "HOGWILD_PROGRESS": "0"}
+    p = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    pss = TreePSS(p.pid)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+    finally:
+        peak = pss.close()
+    return p.returncode, peak, time.monotonic() - t0, out[-2000:]
+
+
+def framework(users: int, ratings: int, workers: int, optimizer: str, workdir: str) -> dict:
+    folder = os.path.join(workdir, f"run-{users}")
+    cmd = [
+        sys.executable,
+        "-m",
+        "hogwild",
+        "train",
+        "+experiment=matrix_factorization",
+        f"optimizer={optimizer}",
+        f"trainer.num_workers={workers}",
+        "trainer.epochs=1",
+        f"data.num_ratings={ratings}",
+        f"data.num_users={users}",
+        f"data.num_items={users // 2}",
+        f"hydra.run.dir={folder}",
+    ]
+    code, peak, wall, out = _run(cmd, workdir, timeout=1800)
+    if code != 0:
+        return {"error": f"exit {code}: {out.strip().splitlines()[-1] if out.strip() else ''}"}
+    with open(os.path.join(folder, "summary.json")) as f:
+        s = json.load(f)
+    ckpt = os.path.join(folder, "checkpoints", "last.pt")
+    fixed = s["fixed_costs"]
+    row = {
+        "peak_pss": peak,
+        "wall_seconds": wall,
+        "samples_per_second": s["samples_per_second"],
+        "checkpoint_bytes": os.path.getsize(ckpt),
+        "test_rmse": s.get("test_rmse"),
+        **{k: fixed.get(k) for k in FIXED},
+        "fixed_total": fixed.get("fixed_total"),
+    }
+    row["checkpoint_mb_per_s"] = row["checkpoint_bytes"] / 1e6 / max(row["final_checkpoint"], 1e-9)
+    shutil.rmtree(folder, ignore_errors=True)
+    return row
+
+
+FIXED = (
+    "python_and_imports",
+    "data_and_model",
+    "sharing",
+    "start_to_first_step",
+    "final_checkpoint",
+)
+
+
+def dd(folder: str, nbytes: int) -> float:
+    """MB/s of `dd` writing `nbytes` (at least 64 MiB) into `folder`, fdatasync'd."""
+    count = max(1, -(-nbytes // 2**26))
+    path = os.path.join(folder, "dd.tmp")
+    t0 = time.monotonic()
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={path}", "bs=64M", f"count={count}", "conv=fdatasync"],
+        check=True,
+        capture_output=True,
+    )
+    seconds = time.monotonic() - t0
+    os.unlink(path)
+    return count * 2**26 / 1e6 / seconds
+
+
+def plain(users: int, ratings: int, workers: int, optimizer: str, workdir: str) -> dict:
+    cmd = [
+        sys.executable,
+        "-m",
+        "hogwild.bench.scale",
+        "--plain-child",
+        f"{users},{ratings},{workers},{optimizer}",
+    ]
+    code, peak, wall, out = _run(cmd, workdir, timeout=1800)
+    found = [line for line in out.splitlines() if line.startswith("{")]
+    if code != 0 or not found:
+        return {"error": f"exit {code}: {out.strip().splitlines()[-1] if out.strip() else ''}"}
+    return {**json.loads(found[-1]), "peak_pss": peak, "wall_seconds": wall}
+
+
+def plain_child(users: int, ratings: int, workers: int, optimizer: str) -> None:
+    """The plain loop (hogwild.bench.runs.run_plain) on the experiment's data and model."""
+    import functools
+
+    import torch
+    import torch.nn.functional as F
+
+    from hogwild.bench.runs import run_plain
+    from hogwild.data import make_synthetic_ratings
+    from hogwild.models import MatrixFactorization
+
+    torch.set_num_threads(1)  # before any torch work: fork children ask for threads later
+    data = make_synthetic_ratings(
+        num_users=users, num_items=users // 2, num_ratings=ratings, num_test_ratings=20_000
+    )
+    torch.manual_seed(0)
+    model = MatrixFactorization(**data.model_kwargs, dim=32)
+    make = {"adagrad": torch.optim.Adagrad, "sgd": torch.optim.SGD}[optimizer]
+    recipe = (256, functools.partial(make, lr=0.1), F.mse_loss)
+    result = run_plain(model, data, "fork", "file_descriptor", workers, 1, recipe)
+    print(json.dumps({"samples_per_second": result["samples_per_second"]}), flush=True)
+
+
+def main(sizes: str, ratings: int, workers: int, optimizer: str, out: str, plot: bool) -> int:
+    users = [table_users(s) for s in sizes.split(",")]
+    workdir = tempfile.mkdtemp(prefix="hogwild-scale-", dir=os.path.dirname(os.path.abspath(out)))
+    rows = []
+    print(
+        f"{'table':>9} {'peak PSS':>9} {'growth':>7} {'data+model':>10} {'sharing':>7} "
+        f"{'1st step':>8} {'ckpt':>6} {'ckpt MB/s':>9} {'dd MB/s':>8} {'fixed':>6} "
+        f"{'samples/s':>9} {'plain':>9} {'ratio':>5}",
+        flush=True,
+    )
+    try:
+        for u, label in zip(users, sizes.split(",")):
+            model_bytes = round(u * 1.5) * ROW_BYTES
+            row = {"size": label, "users": u, "model_bytes": model_bytes}
+            row["framework"] = framework(u, ratings, workers, optimizer, workdir)
+            row["dd_mb_per_s"] = dd(workdir, model_bytes)
+            row["plain"] = plain(u, ratings, workers, optimizer, workdir)
+            rows.append(row)
+            print(_line(row, rows[0]), flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    with open(out, "w") as f:
+        json.dump(
+            {"ratings": ratings, "workers": workers, "optimizer": optimizer, "rows": rows},
+            f,
+            indent=2,
+        )
+    print(f"wrote {out}")
+    return 1 if any("error" in r["framework"] or "error" in r["plain"] for r in rows) else 0
+
+
+def _line(row: dict, first: dict) -> str:
+    f, p = row["framework"], row["plain"]
+    if "error" in f:
+        return f"{row['size']:>9} framework failed: {f['error']}"
+    growth = (f["peak_pss"] - first["framework"].get("peak_pss", 0)) / max(
+        row["model_bytes"] - first["model_bytes"], 1
+    )
+    sps, plain_sps = f["samples_per_second"], p.get("samples_per_second")
+    return (
+        f"{row['size']:>9} {f['peak_pss'] / 2**20:>7.0f}Mi {growth if row is not first else 0:>6.2f}x "
+        f"{f['data_and_model']:>9.1f}s {f['sharing']:>6.1f}s {f['start_to_first_step']:>7.1f}s "
+        f"{f['final_checkpoint']:>5.1f}s {f['checkpoint_mb_per_s']:>9.0f} {row['dd_mb_per_s']:>8.0f} "
+        f"{f['fixed_total']:>5.1f}s {sps:>9,.0f} {plain_sps or 0:>9,.0f} "
+        f"{(sps / plain_sps) if plain_sps else float('nan'):>5.2f}"
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--plain-child"]:
+        u, n, w, opt = sys.argv[2].split(",")
+        plain_child(int(u), int(n), int(w), opt)

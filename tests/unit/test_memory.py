@@ -1,0 +1,122 @@
+"""The memory arithmetic of pre-flight (hogwild.run.memory), the model's big tensors created in
+shared memory (hogwild.process.sharing.born_shared) and the parallel initialisation of big tables
+(hogwild.models.init)."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+
+import pytest
+import torch
+
+from hogwild.errors import PreflightError, SharedMemoryError
+from hogwild.models import MatrixFactorization, init
+from hogwild.process import sharing
+from hogwild.run import memory
+
+MiB = 2**20
+
+
+def table(rows: int, dim: int = 32, sparse: bool = True) -> torch.nn.Module:
+    with torch.device("meta"):
+        return torch.nn.Sequential(torch.nn.Embedding(rows, dim, sparse=sparse))
+
+
+@pytest.mark.parametrize(
+    ("factory", "copies"),
+    [
+        (functools.partial(torch.optim.SGD, lr=0.1), 0),
+        (functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9), 1),
+        (functools.partial(torch.optim.Adagrad, lr=0.1), 1),
+        (functools.partial(torch.optim.Adam, lr=0.1), 2),
+    ],
+)
+def test_optimizer_state_is_sized_on_meta_copies(factory, copies):
+    model = table(1000)  # on meta: nothing is allocated, and neither is the state
+    state = memory.optimizer_state_bytes(factory, model.parameters())
+    assert copies * 1000 * 32 * 4 <= state <= copies * 1000 * 32 * 4 + 64
+
+
+def test_sparse_tables_need_no_gradient_copy_but_dense_layers_do():
+    terms = memory.needs(table(100_000), torch.optim.SGD, False, 2, 0)
+    assert not any(t.words.startswith("gradients") for t in terms)
+    terms = memory.needs(table(100_000, sparse=False), torch.optim.SGD, False, 2, 0)
+    grads = next(t for t in terms if t.words.startswith("gradients"))
+    assert grads.bytes == 2 * 100_000 * 32 * 4
+
+
+def test_a_run_that_does_not_fit_is_refused_with_the_sum_and_the_way_out(monkeypatch):
+    monkeypatch.setattr(memory, "available", lambda: (10 * memory.GiB, "available"))
+    rows = 3 * memory.GiB // 128  # a 3 GiB table; per-worker Adagrad: 3 more per worker
+    adagrad = functools.partial(torch.optim.Adagrad, lr=0.1)
+    with pytest.raises(PreflightError) as e:
+        memory.check(table(rows), adagrad, False, 3, 0)
+    said = e.value.cli
+    assert said.startswith("the run needs about 13.0 GiB of memory but 10.0 GiB is available")
+    assert "model 3.0 GiB + optimizer state 3 x 3.0 GiB (Adagrad, one per worker)" in said
+    assert said.endswith(
+        "use optimizer=rowwise_adagrad (embedding tables) or optimizer.shared=true"
+    )
+    assert "RowwiseAdagrad" in str(e.value)  # the Python API's words
+    memory.check(table(rows), adagrad, True, 3, 0)  # shared: one state, it fits
+
+
+def test_what_is_already_resident_counts_as_available(monkeypatch):
+    monkeypatch.setattr(memory, "available", lambda: (1 * memory.GiB, "available"))
+    model = table(2 * memory.GiB // 128)
+    with pytest.raises(PreflightError, match="smaller model"):
+        memory.check(model, torch.optim.SGD, False, 1, 0)
+    memory.check(model, torch.optim.SGD, False, 1, 0, resident_bytes=2 * memory.GiB)
+
+
+def test_born_shared_creates_big_tensors_in_shared_memory_and_small_ones_as_usual():
+    sharing.set_sharing_strategy("file_descriptor")
+    with sharing.born_shared(min_bytes=MiB):
+        big = torch.nn.Linear(1024, 512)  # 2 MiB weight, 2 KiB bias
+        zeros, ones = torch.zeros(512, 1024), torch.ones(512, 1024, dtype=torch.float64)
+        full = torch.full((600, 600), 3.0)
+    assert big.weight.is_shared() and not big.bias.is_shared()
+    assert big.weight.requires_grad and isinstance(big.weight, torch.nn.Parameter)
+    assert zeros.is_shared() and float(zeros.abs().sum()) == 0
+    assert ones.dtype == torch.float64 and float(ones.sum()) == 512 * 1024
+    assert full.is_shared() and float(full.sum()) == 3 * 600 * 600
+    # the Linear's own kaiming init ran on the shared tensor, in place
+    assert 0 < float(big.weight.std()) < 0.1
+    assert not torch.empty(512, 1024).is_shared()  # outside: as usual
+
+
+def test_born_shared_refuses_more_than_dev_shm_holds(monkeypatch):
+    usage = shutil.disk_usage("/")._replace(free=3 * MiB)
+    monkeypatch.setattr(sharing.shutil, "disk_usage", lambda path: usage)
+    with pytest.raises(SharedMemoryError, match="has 3.0 MiB free but the model needs at least"):
+        with sharing.born_shared(min_bytes=MiB):
+            torch.empty(2, MiB // 4)
+            torch.empty(2, MiB // 4)
+
+
+def test_parallel_normal_init_is_seeded_and_normal(monkeypatch):
+    monkeypatch.setattr(init, "PARALLEL_MIN_NUMEL", 1 << 16)
+    monkeypatch.setattr(init, "CHUNK_NUMEL", 1 << 12)
+    a, b = torch.empty(1 << 18), torch.empty(1 << 18)
+    torch.manual_seed(3)
+    init.normal_(a, 0.5, 0.1)
+    torch.manual_seed(3)
+    init.normal_(b, 0.5, 0.1)
+    assert torch.equal(a, b)
+    assert abs(float(a.mean()) - 0.5) < 0.002 and abs(float(a.std()) - 0.1) < 0.002
+    chunks = a.view(-1, 1 << 12)  # every chunk has its own stream: no two are equal
+    assert not torch.equal(chunks[0], chunks[1])
+
+
+def test_small_tensors_keep_torchs_own_init():
+    torch.manual_seed(5)
+    a = init.normal_(torch.empty(1000), 0.0, 0.1)
+    torch.manual_seed(5)
+    assert torch.equal(a, torch.nn.init.normal_(torch.empty(1000), 0.0, 0.1))
+
+
+def test_the_mf_tables_can_be_built_on_meta_for_sizing():
+    with torch.device("meta"):
+        model = MatrixFactorization(num_users=10**9, num_items=10**8)
+    assert memory.model_bytes(model) == (10**9 + 10**8) * 33 * 4 + 4
