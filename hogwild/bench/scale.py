@@ -235,7 +235,11 @@ def _line(row: dict, first: dict) -> str:
     )
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--plain-child"]:
-        u, n, w, opt = sys.argv[2].split(",")
-        plain_child(int(u), int(n), int(w), opt)
+def _child(argv: list[str]) -> None:
+    """`python -m hogwild.bench.scale --plain-child users,ratings,workers,optimizer`."""
+    users, ratings, workers, optimizer = argv[1].split(",")
+    plain_child(int(users), int(ratings), int(workers), optimizer)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--plain-child"]:
+    _child(sys.argv[1:])

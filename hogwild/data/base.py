@@ -1,8 +1,9 @@
 """The common currency of the data layer.
 
-Every loader returns a DataSplits: four plain in-memory CPU tensors plus a little metadata.
-Loaders know nothing of processes or the trainer; the trainer moves the tensors to shared
-memory once and hands views of them to its workers.
+Every loader returns a DataSplits: four CPU tensors plus a little metadata. They are plain
+in-memory tensors, which the trainer moves to shared memory once and hands to its workers, or
+tensors mapped from .npy files (hogwild.data.mapped, a loader's `cache_dir`), which every
+worker maps itself. Loaders know nothing of processes or the trainer.
 
     splits = load_digits()
     splits.train_x.shape   # (1437, 1, 8, 8), float32
@@ -29,7 +30,8 @@ __all__ = ["DataError", "DataSplits", "TASKS"]
 
 @dataclass
 class DataSplits:
-    """A data set as four in-memory tensors (the trainer moves them to shared memory once)."""
+    """A data set as four tensors: in memory (the trainer moves them to shared memory once) or
+    mapped from files (hogwild.data.mapped: never copied)."""
 
     train_x: (
         torch.Tensor

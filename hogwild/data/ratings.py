@@ -5,14 +5,17 @@
     splits = load_movielens("data/movielens")   # MovieLens 100K, downloaded once with its MD5
 
 Both return a regression DataSplits: x is int64 (N, 2) of (user, item) ids, y is the float32
-rating, and `model_kwargs` carries num_users / num_items for `model=mf`.
+rating, and `model_kwargs` carries num_users / num_items for `model=mf`. With `cache_dir=...`
+both write their set there once (synthetic ratings in bounded chunks, at any size) and map it
+(hogwild.data.mapped): data bigger than memory.
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +23,7 @@ import torch
 
 from hogwild.data.base import DataError, DataSplits
 from hogwild.data.download import from_mirrors
+from hogwild.data.mapped import MappedWriter, cached, write_splits
 
 MOVIELENS_ZIP = "ml-100k.zip"
 MOVIELENS_MD5 = "0e33842e24a9c977be4e0107933c0723"  # the archive GroupLens publishes
@@ -45,6 +49,37 @@ def _splits(
     )
 
 
+RATINGS_CHUNK = 1 << 20  # ratings drawn per call: bounds the generator's temporaries (~100 MB)
+
+
+@dataclass(frozen=True)
+class _Truth:
+    """The true ratings matrix, as factors: a rank-`rank` product plus user and item biases."""
+
+    u: np.ndarray
+    v: np.ndarray
+    bu: np.ndarray
+    bi: np.ndarray
+    noise: float
+
+    def draw(self, n: int, seed: int, stream: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """n observed ratings, RATINGS_CHUNK at a time: chunk c of `stream` comes from its own
+        generator (seed, stream, c), so that the rows do not depend on how many are drawn."""
+        for c, lo in enumerate(range(0, n, RATINGS_CHUNK)):
+            rng, k = np.random.default_rng([seed, stream, c]), min(RATINGS_CHUNK, n - lo)
+            users, items = rng.integers(0, len(self.u), k), rng.integers(0, len(self.v), k)
+            r = np.einsum("nk,nk->n", self.u.take(users, 0), self.v.take(items, 0))
+            r = r.astype(np.float64)
+            r += 3.5 + self.bu[users] + self.bi[items] + rng.normal(0, self.noise, k)
+            yield np.stack([users, items], 1), r.astype(np.float32)
+
+
+def _normal(rng: np.random.Generator, shape, std: float) -> np.ndarray:
+    out = rng.standard_normal(shape, dtype=np.float32)
+    out *= np.float32(std)  # in place: a table of 16M users is 0.5 GB, once
+    return out
+
+
 def make_synthetic_ratings(
     num_users: int = 1000,
     num_items: int = 2000,
@@ -53,37 +88,60 @@ def make_synthetic_ratings(
     rank: int = 8,
     noise: float = 0.25,
     seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
 ) -> DataSplits:
     """A rank-`rank` ratings matrix (plus user and item biases) around 3.5, observed at random
     (user, item) pairs with Gaussian noise of std `noise`: a model of that rank can reach an
-    RMSE near `noise`, and predicting the mean gives about 1.0."""
+    RMSE near `noise`, and predicting the mean gives about 1.0. The rows are drawn a chunk at a
+    time (and i.i.d., so train and test are simply separate draws). With `cache_dir`, they are
+    written there in those chunks, once, and mapped (hogwild.data.mapped): the same values,
+    never whole in memory."""
     for key, value, least in (
         ("num_users", num_users, 1),
         ("num_items", num_items, 1),
         ("rank", rank, 1),
         ("num_ratings", num_ratings, 1),
         ("num_test_ratings", num_test_ratings, 1),
+        ("seed", seed, 0),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise DataError(f"data.{key}={value!r}: must be an integer >= {least}")
-    if not isinstance(noise, (int, float)) or noise < 0:
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not noise >= 0:
         raise DataError(f"data.noise={noise!r}: must be a number >= 0")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, 0])
     s = (0.36 / rank) ** 0.25  # factors of this std give a dot product of std 0.6
-    u, v = rng.normal(0, s, (num_users, rank)), rng.normal(0, s, (num_items, rank))
-    bu, bi = rng.normal(0, 0.35, num_users), rng.normal(0, 0.35, num_items)
-    total = num_ratings + num_test_ratings
-    users, items = rng.integers(0, num_users, total), rng.integers(0, num_items, total)
-    r = (
-        3.5
-        + bu[users]
-        + bi[items]
-        + np.einsum("nk,nk->n", u[users], v[items])
-        + rng.normal(0, noise, total)
+    truth = _Truth(
+        _normal(rng, (num_users, rank), s),
+        _normal(rng, (num_items, rank), s),
+        _normal(rng, num_users, 0.35),
+        _normal(rng, num_items, 0.35),
+        float(noise),
     )
-    return _splits(
-        users, items, r, num_test_ratings, seed, "synthetic_ratings", num_users, num_items
-    )
+    sizes = {"train": num_ratings, "test": num_test_ratings}
+    kwargs = {"num_users": num_users, "num_items": num_items}
+    name = "synthetic_ratings"
+
+    def write(w: MappedWriter) -> None:
+        for stream, (split, n) in enumerate(sizes.items(), 1):
+            x, y = w.array(f"{split}_x", (n, 2), np.int64), w.array(f"{split}_y", (n,), np.float32)
+            for xs, ys in truth.draw(n, seed, stream):
+                x.write(xs)
+                y.write(ys)
+        w.finish(name, "regression", 0, kwargs)
+
+    if cache_dir is not None:
+        params = {**kwargs, "num_ratings": num_ratings, "num_test_ratings": num_test_ratings}
+        params |= {"rank": rank, "noise": float(noise), "seed": seed}
+        return cached(cache_dir, name, params, write)
+    out = []
+    for stream, n in enumerate(sizes.values(), 1):
+        x, y = np.empty((n, 2), np.int64), np.empty(n, np.float32)
+        lo = 0
+        for xs, ys in truth.draw(n, seed, stream):
+            x[lo : lo + len(xs)], y[lo : lo + len(ys)] = xs, ys
+            lo += len(xs)
+        out += [torch.from_numpy(x), torch.from_numpy(y)]
+    return DataSplits(*out, num_classes=0, name=name, task="regression", model_kwargs=kwargs)
 
 
 def download_movielens(root: Path, mirrors: Sequence[str], timeout: float, md5: str | None) -> None:
@@ -118,9 +176,12 @@ def load_movielens(
     md5: str | None = MOVIELENS_MD5,
     test_fraction: float = 0.1,
     seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
 ) -> DataSplits:
     """MovieLens 100K from `root`: an extracted `ml-100k/u.data`, else `ml-100k.zip` (downloaded
-    with its MD5 when absent). A seeded random `test_fraction` of the ratings is the test split."""
+    with its MD5 when absent). A seeded random `test_fraction` of the ratings is the test split.
+    With `cache_dir`, converted there once (hogwild.data.mapped) and mapped; a changed source
+    file is converted again."""
     if isinstance(mirrors, str):
         mirrors = [mirrors]
     if not 0 < test_fraction < 1:
@@ -140,25 +201,36 @@ def load_movielens(
                 f"cannot create {root} ({e.strerror or e}): set data.root to a writable folder"
             ) from None
         download_movielens(root, mirrors, timeout, md5)
-    if extracted.is_file():
-        table = _read_u_data(extracted.read_text(), str(extracted))
-    else:
-        try:
-            with zipfile.ZipFile(archive) as z:
-                table = _read_u_data(z.read(RATINGS_FILE).decode(), f"{archive}:{RATINGS_FILE}")
-        except (zipfile.BadZipFile, KeyError) as e:
-            raise DataError(
-                f"{archive} is not the MovieLens 100K archive ({e}): delete it to download it again"
-            ) from None
-    users, items = table[:, 0] - 1, table[:, 1] - 1
-    num_test = max(1, int(round(test_fraction * len(table))))
-    return _splits(
-        users,
-        items,
-        table[:, 2].astype(np.float32),
-        num_test,
-        seed,
-        "movielens",
-        int(users.max()) + 1,
-        int(items.max()) + 1,
-    )
+
+    def build() -> DataSplits:
+        if extracted.is_file():
+            table = _read_u_data(extracted.read_text(), str(extracted))
+        else:
+            try:
+                with zipfile.ZipFile(archive) as z:
+                    text = z.read(RATINGS_FILE).decode()
+            except (zipfile.BadZipFile, KeyError) as e:
+                raise DataError(
+                    f"{archive} is not the MovieLens 100K archive ({e}): delete it to download it again"
+                ) from None
+            table = _read_u_data(text, f"{archive}:{RATINGS_FILE}")
+        users, items = table[:, 0] - 1, table[:, 1] - 1
+        num_test = max(1, int(round(test_fraction * len(table))))
+        return _splits(
+            users,
+            items,
+            table[:, 2].astype(np.float32),
+            num_test,
+            seed,
+            "movielens",
+            int(users.max()) + 1,
+            int(items.max()) + 1,
+        )
+
+    if cache_dir is None:
+        return build()
+    source = extracted if extracted.is_file() else archive
+    stat = source.stat()  # a replaced file is another data set
+    params = {"source": str(source), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    params |= {"test_fraction": float(test_fraction), "seed": seed}
+    return cached(cache_dir, "movielens", params, lambda w: write_splits(w, build()))

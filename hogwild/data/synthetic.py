@@ -47,12 +47,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from hogwild.data.base import DataError, DataSplits
+from hogwild.data.mapped import MappedWriter, cached
 
 # Rows per chunk: bounds the gathered-prototype temporary (13 MB at D=784) while keeping the
 # number of Python-level calls negligible.
@@ -123,24 +124,30 @@ def _prototypes(
 
 def _draw(
     prototypes: torch.Tensor, h: int, w: int, n: int, noise: float, g: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, Callable[[torch.Tensor | None], Iterator[torch.Tensor]]]:
+    """n samples: their labels now, and `rows(out)`, which draws the samples _CHUNK rows at a
+    time into `out` (n x D), or, with None, into one reused buffer (to write them to a file)."""
     num_classes, channels, rows_y, cols_x = prototypes.shape
     # Balanced labels (class counts differ by at most one), in random order; a shift per sample.
     y = (torch.arange(n) % num_classes)[torch.randperm(n, generator=g)]
     dy = torch.randint(rows_y - h + 1, (n,), generator=g)
     dx = torch.randint(cols_x - w + 1, (n,), generator=g)
-    x = torch.empty(n, channels * h * w)
     # Rescale prototypes and noise up front rather than the samples afterwards: one pass less.
     scale = 1.0 / math.sqrt(1.0 + noise * noise)
     # Every h x w window of every prototype, as a view: (classes, channels, dy, dx, h, w).
     windows = (prototypes * scale).unfold(2, h, 1).unfold(3, w, 1)
-    # Fill in place chunk by chunk, so that no second full-size temporary is ever allocated.
-    for start in range(0, n, _CHUNK):
-        part = slice(start, start + _CHUNK)
-        rows = x[part]
-        rows.normal_(0.0, noise * scale, generator=g)
-        rows.add_(windows[y[part], :, dy[part], dx[part]].view(len(rows), -1))
-    return x, y
+
+    def rows(out: torch.Tensor | None) -> Iterator[torch.Tensor]:
+        buffer = torch.empty(min(n, _CHUNK), channels * h * w) if out is None else None
+        # Fill in place chunk by chunk, so that no second full-size temporary is ever allocated.
+        for start in range(0, n, _CHUNK):
+            part = slice(start, start + _CHUNK)
+            chunk = out[part] if buffer is None else buffer[: min(n - start, _CHUNK)]
+            chunk.normal_(0.0, noise * scale, generator=g)
+            chunk.add_(windows[y[part], :, dy[part], dx[part]].view(len(chunk), -1))
+            yield chunk
+
+    return y, rows
 
 
 def make_synthetic(
@@ -154,6 +161,7 @@ def make_synthetic(
     seed: int = 0,
     root: str | os.PathLike | None = None,
     download: bool | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> DataSplits:
     _check_int("num_samples", num_samples, 1)
     _check_int("num_test_samples", num_test_samples, 1)
@@ -183,18 +191,31 @@ def make_synthetic(
     prototypes = _prototypes(
         shape, num_classes, blur, max_shift, torch.Generator().manual_seed(proto_seed)
     )
-    train_x, train_y = _draw(
-        prototypes, h, w, num_samples, noise, torch.Generator().manual_seed(train_seed)
-    )
-    test_x, test_y = _draw(
-        prototypes, h, w, num_test_samples, noise, torch.Generator().manual_seed(test_seed)
-    )
+    splits = {"train": (num_samples, train_seed), "test": (num_test_samples, test_seed)}
+    draws = {
+        split: _draw(prototypes, h, w, n, noise, torch.Generator().manual_seed(split_seed))
+        for split, (n, split_seed) in splits.items()
+    }
+    if cache_dir is not None:
+        params = {"num_samples": num_samples, "num_test_samples": num_test_samples}
+        params |= {"input_shape": list(shape), "num_classes": num_classes, "noise": noise}
+        params |= {"max_shift": max_shift, "blur": blur, "seed": seed}
 
-    return DataSplits(
-        train_x=train_x.view(num_samples, *shape),
-        train_y=train_y,
-        test_x=test_x.view(num_test_samples, *shape),
-        test_y=test_y,
-        num_classes=num_classes,
-        name="synthetic",
-    )
+        def write(writer: MappedWriter) -> None:
+            for split, (y, rows) in draws.items():
+                n = splits[split][0]
+                x = writer.array(f"{split}_x", (n, *shape), torch.float32)
+                for chunk in rows(None):
+                    x.write(chunk.view(len(chunk), *shape))
+                writer.array(f"{split}_y", (n,), torch.int64).write(y)
+            writer.finish("synthetic", "classification", num_classes, {})
+
+        return cached(cache_dir, "synthetic", params, write)
+    tensors = []
+    for split, (y, rows) in draws.items():
+        n = splits[split][0]
+        x = torch.empty(n, math.prod(shape))
+        for _ in rows(x):
+            pass
+        tensors += [x.view(n, *shape), y]
+    return DataSplits(*tensors, num_classes=num_classes, name="synthetic")

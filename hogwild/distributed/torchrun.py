@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from hogwild.config.schema import DistributedConfig
+from hogwild.data.mapped import mapped_array, take_rows
 from hogwild.distributed.averaging import Averaging
 from hogwild.errors import ConfigError, HogwildError, NodeSyncError
 
@@ -115,8 +116,17 @@ class NodeSync:
 
     def shard(self, data):
         """This node's part of the training split: a seeded permutation cut in `world` pieces
-        (the test split stays whole, so every node evaluates the same thing)."""
+        (the test split stays whole, so every node evaluates the same thing). A mapped data set
+        (hogwild.data.mapped) is cut into contiguous row ranges instead, which stay mapped: a
+        permutation would copy the node's part into memory."""
         n = self.num_train_total = data.num_train
+        if mapped_array(data.train_x) is not None:
+            lo, hi = self.rank * n // self.world, (self.rank + 1) * n // self.world
+            data.train_x, data.train_y = (
+                take_rows(data.train_x, lo, hi),
+                take_rows(data.train_y, lo, hi),
+            )
+            return data
         order = torch.randperm(n, generator=torch.Generator().manual_seed(12345))
         mine = order[self.rank * n // self.world : (self.rank + 1) * n // self.world].sort().values
         data.train_x, data.train_y = data.train_x[mine], data.train_y[mine]

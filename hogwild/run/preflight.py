@@ -263,9 +263,17 @@ def _prepare(
             data_bytes,
             resident_bytes=memory.model_bytes(model) + data_bytes,
         )
-    on_device = device_rules.data_goes_to_device(
-        sharing.storage_bytes(workload.host_tensors()), device, cfg.data_on_device
-    )
+    if getattr(workload, "mapped", None) and device.type != "cpu":
+        if cfg.data_on_device == "true":  # batches are staged from the files, never copied whole
+            raise ConfigError(
+                "trainer.data_on_device=true: a mapped data set (hogwild.data.mapped) stays in its "
+                "files on the host; use trainer.data_on_device=auto or false"
+            )
+        on_device = False
+    else:
+        on_device = device_rules.data_goes_to_device(
+            sharing.storage_bytes(workload.host_tensors()), device, cfg.data_on_device
+        )
     if resume_from == "auto":  # this run folder's last checkpoint, if there is one
         own = os.path.join(output_dir, "checkpoints", "last.pt")
         resume_from = own if os.path.isfile(own) else None

@@ -90,7 +90,7 @@ def test_resume_from_a_hostile_checkpoint_never_runs_it(tmp_path):
         (["trainer.num_wokers=3"], ["trainer.num_wokers is not a config key", "did you mean trainer.num_workers?"]),
         (["datta=mnist"], ["datta is not a config key", "did you mean data?"]),
         (["data=synthetic", "data.num_sample=10"], ["did you mean data.num_samples?"]),
-        (["data=imagenet"], ["data=imagenet is not an option of data", "digits, libsvm, mnist"]),
+        (["data=imagenet"], ["data=imagenet is not an option of data", "digits, libsvm, mapped, mnist"]),
         (["+experiment=mnsit"], ["experiment=mnsit is not an option", "did you mean mnist?"]),
         (["trainer.num_workers=[1"], ["cannot read the override 'trainer.num_workers=[1'"]),
     ],
