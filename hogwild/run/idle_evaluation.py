@@ -20,7 +20,10 @@ without this module), or until the workers exit. It scores the weights of the mo
 due, and its results go to TensorBoard at that moment's step: only the line in the log is late.
 At most `MAX_PENDING` snapshots wait (then the oldest runs at once); evaluations run in the
 order they were due. A model too large to hold that many copies of (`MAX_BYTES`) is evaluated
-in place by the run loop, as before.
+in place by the run loop, as before: what this module holds stays under `MAX_BYTES` whatever
+the model's size (above about 50 MiB of weights it holds nothing). The thread's own copy counts
+every tensor deepcopy copies, those outside the state dict too (non-persistent buffers, tensors
+kept as plain attributes).
 """
 
 from __future__ import annotations
@@ -59,6 +62,20 @@ def runnable_threads() -> int | None:
         return None
 
 
+def held_bytes(model: torch.nn.Module) -> int:
+    """What a deepcopy of `model` allocates for tensors: every storage its modules hold
+    (parameters, buffers persistent or not, plain tensor attributes), once each."""
+    seen, total = set(), 0
+    for m in model.modules():
+        attributes = (v for v in vars(m).values() if isinstance(v, torch.Tensor))
+        for t in (*m._parameters.values(), *m._buffers.values(), *attributes):
+            if t is None or t.untyped_storage()._cdata in seen:
+                continue
+            seen.add(t.untyped_storage()._cdata)
+            total += t.untyped_storage().nbytes()
+    return total
+
+
 class IdleEvaluations:
     def __init__(
         self,
@@ -86,9 +103,9 @@ class IdleEvaluations:
         at once; with two queued there, this waits for the thread (as an evaluation in place
         would)."""
         tensors = list(model.state_dict().values())
-        size = sum(t.numel() * t.element_size() for t in tensors)
-        if self.in_place or (MAX_PENDING + 4) * size > MAX_BYTES:  # waiting, queued, running,
-            return False  # and the thread's copy
+        size = sum(t.numel() * t.element_size() for t in tensors)  # a snapshot (clones)
+        if self.in_place or (MAX_PENDING + 3) * size + held_bytes(model) > MAX_BYTES:
+            return False  # snapshots waiting, queued, running, and the thread's copy
         if self.model is None:
             try:
                 self.model = copy.deepcopy(model)  # private memory: deepcopy does not share it

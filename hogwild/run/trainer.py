@@ -9,6 +9,7 @@ config, and hands in the job's set-up (hogwild.run.context.RunSetup).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -131,6 +132,9 @@ class Trainer:
         # file_system: share_memory() may start torch_shm_manager
         with signals.born_deaf(), timeline.phase("sharing"):
             task, control, optimizer_state = self._share(plan)
+        # the checkpoint's optimizer state is in the shared one now: its tensors map the
+        # checkpoint file (hogwild.run.checkpoint.load), which must not stay mapped all run
+        plan = dataclasses.replace(plan, optimizer_state=None)
         ctx = self.shared = RunContext(
             cfg=plan.trainer,
             model=self.model,

@@ -5,6 +5,7 @@ starts; a periodic checkpoint survives a failure; resume_from=auto continues a f
 from __future__ import annotations
 
 import os
+import zipfile
 
 import torch
 
@@ -48,7 +49,10 @@ def test_periodic_checkpoint_survives_a_worker_failure(tmp_path):
     folder = run_dir / "checkpoints"
     assert temp_files(folder) == [] and sorted(os.listdir(folder)) == ["last.pt"]
     state = torch.load(folder / "last.pt", weights_only=True)  # intact: the safe loader takes it
+    # streamed while the workers wrote the weights: its CRCs are of the bytes written, the zip's too
     checkpoint.load(str(folder / "last.pt"))
+    assert state["format"] == checkpoint.FORMAT
+    assert zipfile.ZipFile(folder / "last.pt").testzip() is None
     seen = state["run"]["samples_seen"]
     assert 0 < seen <= summary["samples_seen"]
     assert seen == int(

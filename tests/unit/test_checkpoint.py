@@ -3,8 +3,11 @@ problem with a `resume_from` file is one line naming it — before anything is s
 
 from __future__ import annotations
 
+import gc
 import os
 import shlex
+import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from hogwild.models import MLP
 from hogwild.run import checkpoint
 from hogwild.run import folder as run_folder
 from hogwild.run.checkpoint import CheckpointError
+from tests.support import wait_until
 
 RUN = {
     "data": "digits",
@@ -26,6 +30,9 @@ RUN = {
     "epochs": 1,
     "world_size": 1,
 }
+
+
+FORMAT_EXPECTED = f"format {checkpoint.FORMAT} expected"
 
 
 def make_model(hidden=(8,)) -> MLP:
@@ -98,13 +105,29 @@ def test_save_stores_a_copy_not_a_view_of_the_shared_tensors(tmp_path):
     assert not torch.equal(state["model"]["net.1.weight"], model.state_dict()["net.1.weight"])
 
 
-@pytest.mark.parametrize("fail_at", ["write", "fsync", "replace"])
+@pytest.mark.parametrize("fail_at", ["write", "stream", "fsync", "replace"])
 def test_a_save_that_fails_midway_keeps_the_previous_checkpoint(tmp_path, monkeypatch, fail_at):
     path = save(tmp_path / "last.pt", run={"samples_seen": 1})
     before = path.read_bytes()
 
-    reason = {"write": "No space left", "fsync": "Input/output", "replace": "cross-device"}[fail_at]
-    if fail_at == "write":
+    reason = {
+        "write": "No space left",
+        "stream": "No space left",
+        "fsync": "Input/output",
+        "replace": "cross-device",
+    }[fail_at]
+    if fail_at == "stream":  # the disk fills as the tensors' bytes go in (the writer thread)
+        real_pwrite, calls = os.pwrite, []
+
+        def full_disk(fd, data, offset):
+            calls.append(offset)
+            if len(calls) < 3:
+                return real_pwrite(fd, data, offset)
+            real_pwrite(fd, bytes(data)[: len(data) // 2], offset)
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(os, "pwrite", full_disk)
+    elif fail_at == "write":
         real_fdopen = os.fdopen
 
         class FullDisk:
@@ -142,6 +165,7 @@ def test_a_save_that_fails_midway_keeps_the_previous_checkpoint(tmp_path, monkey
     assert temp_files(tmp_path) == []
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
     assert checkpoint.load(str(path))["run"]["samples_seen"] == 1
+    assert writer_threads() == []
 
 
 def test_an_interrupt_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
@@ -180,6 +204,280 @@ def test_the_temp_file_of_a_save_is_what_a_claim_clears(tmp_path, monkeypatch):
         save(tmp_path / "last.pt")
     prefix, suffix = run_folder.PARTIAL
     assert len(seen) == 1 and seen[0].startswith(prefix) and seen[0].endswith(suffix), seen
+
+
+# ---- streaming: straight from the live tensors, a chunk at a time ----
+
+
+class Mixed(torch.nn.Module):
+    """What a save may meet: floats of three widths, a transposed (non-contiguous) weight, two
+    buffers viewing one storage (one at an offset), an int buffer and an empty one."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.a = torch.nn.Parameter(torch.randn(300, 7, generator=g))
+        self.b16 = torch.nn.Parameter(torch.randn(50, generator=g).to(torch.bfloat16))
+        self.f64 = torch.nn.Parameter(torch.randn(33, dtype=torch.float64, generator=g))
+        self.t = torch.nn.Parameter(torch.randn(20, 30, generator=g).t())
+        base = torch.randn(100, generator=g)
+        self.register_buffer("head", base[:40])
+        self.register_buffer("tail", base[40:])
+        self.register_buffer("count", torch.arange(10))
+        self.register_buffer("empty", torch.zeros(0))
+
+
+def optimizer_state() -> list[dict[str, torch.Tensor]]:
+    return [{"step": torch.tensor(3.0), "exp_avg": torch.full((300, 7), 0.5)}]
+
+
+def stream(path: Path, model, chunk_bytes: int, optimizer=None) -> Path:
+    checkpoint.save(
+        str(path),
+        model,
+        torch.arange(8, dtype=torch.int64).reshape(2, 4),
+        {**RUN, "samples_seen": 1},
+        {"a": 1},
+        optimizer,
+        chunk_bytes=chunk_bytes,
+    )
+    return path
+
+
+def storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    return checkpoint.as_bytes(t.untyped_storage())
+
+
+def writer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "hogwild-checkpoint"]
+
+
+@pytest.mark.parametrize("chunk_bytes", [64, 1000, 1 << 20], ids=["64B", "1000B", "1MiB"])
+def test_a_streamed_checkpoint_is_the_model_bit_for_bit(tmp_path, chunk_bytes):
+    model, optimizer = Mixed(), optimizer_state()
+    path = stream(tmp_path / "last.pt", model, chunk_bytes, optimizer)
+    assert zipfile.ZipFile(path).testzip() is None  # the zip's own CRC fields are filled in
+    for state in (torch.load(path, weights_only=True), checkpoint.load(str(path))):
+        assert state["format"] == checkpoint.FORMAT
+        for key, live in model.state_dict().items():
+            saved = state["model"][key]
+            assert (saved.dtype, saved.shape, saved.stride()) == (
+                live.dtype,
+                live.shape,
+                live.stride(),
+            )
+            assert torch.equal(storage_bytes(saved), storage_bytes(live)), key
+        assert saved.numel() == 0  # (the empty one, last)
+        head, tail = state["model"]["head"], state["model"]["tail"]
+        assert head.untyped_storage().data_ptr() == tail.untyped_storage().data_ptr()
+        assert tail.storage_offset() == 40
+        assert torch.equal(state["optimizer_state"][0]["exp_avg"], optimizer[0]["exp_avg"])
+        assert torch.equal(state["progress"], torch.arange(8).reshape(2, 4))
+        # a CRC-32 per storage: a, b16, f64, t, head+tail, count, empty, progress, 2 optimizer
+        assert state["checksum"].dtype == torch.int64 and state["checksum"].numel() == 10
+
+
+def test_a_flipped_byte_in_any_tensor_is_refused_naming_it(tmp_path):
+    model = Mixed()
+    good = stream(tmp_path / "last.pt", model, 256, optimizer_state()).read_bytes()
+    saved = torch.load(tmp_path / "last.pt", weights_only=True)
+    cases = {
+        "f64 differs": model.f64.detach().numpy().tobytes(),
+        "optimizer_state[0].exp_avg differs": optimizer_state()[0]["exp_avg"].numpy().tobytes(),
+        "another": saved["checksum"].numpy().tobytes(),  # the checksum itself
+    }
+    for fragment, needle in cases.items():
+        data = bytearray(good)
+        at = data.find(needle)
+        assert at > 0 and data.find(needle, at + 1) < 0, fragment
+        data[at + len(needle) - 5] ^= 0x10
+        path = tmp_path / "flipped.pt"
+        path.write_bytes(bytes(data))
+        message = load_error(path)
+        assert "do not match their checksum" in message, message
+        if fragment != "another":
+            assert fragment in message, message
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")], ids=str)
+@pytest.mark.parametrize("where", ["a", "b16"])
+def test_weights_not_finite_in_a_later_chunk_keep_the_old_checkpoint(tmp_path, bad, where):
+    model = Mixed()
+    path = stream(tmp_path / "last.pt", model, 64)
+    before = path.read_bytes()
+    with torch.no_grad():
+        getattr(model, where).view(-1)[-1] = bad  # the last chunk: the earlier ones are written
+    with pytest.raises(CheckpointError) as info:
+        stream(path, model, 64)
+    assert str(info.value) == (
+        f"not writing {path}: the shared weights are not finite ({where}); "
+        "the last checkpoint written, if any, is kept"
+    )
+    assert path.read_bytes() == before and temp_files(tmp_path) == []
+    assert writer_threads() == []
+
+
+def test_a_checkpoint_of_format_1_loads_and_is_checked(tmp_path):
+    """What the save before streaming wrote: cloned tensors and one int CRC over them all."""
+    model = make_model()
+    state = {
+        "format": 1,
+        "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "progress": torch.zeros(2, 4, dtype=torch.int64),
+        "run": {**RUN, "samples_seen": 5},
+        "config": {},
+        "optimizer_state": [{"step": torch.tensor(2.0), "square_avg": torch.ones(8, 16)}],
+    }
+    state["checksum"] = checkpoint.checksum(state)
+    path = tmp_path / "old.pt"
+    torch.save(state, path)
+    loaded = checkpoint.load(str(path))
+    assert loaded["checksum"] == state["checksum"] and loaded["run"]["samples_seen"] == 5
+    checkpoint.check_compatible(str(path), loaded, RUN, model)
+    model.load_state_dict(loaded["model"])
+    data = bytearray(path.read_bytes())
+    at = data.find(state["model"]["net.1.weight"].numpy().tobytes()[:16])
+    data[at + 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert "do not match their checksum (the file was changed" in load_error(path)
+    del state["checksum"]  # older still: none
+    torch.save(state, path)
+    assert checkpoint.load(str(path))["run"]["samples_seen"] == 5
+
+
+def test_each_chunk_is_written_as_it_was_copied_while_the_weights_move(tmp_path, monkeypatch):
+    """Hogwild: the workers write the weights while the save streams. Here they move by one
+    after every chunk is copied; the CRCs are of the bytes written, so the file loads, and it
+    holds every chunk as it was at its copy."""
+    model = torch.nn.Linear(64, 64, bias=False)  # 16 KiB of weights: 64 chunks of 256 bytes
+    with torch.no_grad():
+        model.weight.zero_()
+    finite = checkpoint.finite
+
+    def then_move(x):
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        return finite(x)
+
+    monkeypatch.setattr(checkpoint, "finite", then_move)
+    path = stream(tmp_path / "last.pt", model, 256)
+    saved = checkpoint.load(str(path))["model"]["weight"].reshape(-1)
+    assert torch.equal(saved, torch.arange(64.0).repeat_interleave(64))  # chunk i: i moves
+    assert float(model.weight.detach()[0, 0]) == 64.0
+
+
+def test_a_save_while_another_thread_keeps_changing_the_weights_loads(tmp_path):
+    model = torch.nn.Linear(256, 256)
+    stop, steps = threading.Event(), [0]
+
+    def hogwild():
+        with torch.no_grad():
+            while not stop.is_set():
+                model.weight.add_(1.0)
+                steps[0] += 1
+
+    thread = threading.Thread(target=hogwild)
+    thread.start()
+    try:
+        assert wait_until(lambda: steps[0] > 0, timeout=30)
+        for i in range(3):
+            path = stream(tmp_path / f"{i}.pt", model, 4096)
+            weight = checkpoint.load(str(path))["model"]["weight"]  # its checksum matches
+            assert float(weight.min()) > 0.5  # moved: the thread ran before the save
+    finally:
+        stop.set()
+        thread.join()
+    assert steps[0] > 0
+
+
+def test_a_save_holds_two_chunks_not_a_copy_of_the_model(tmp_path):
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("needs Linux's /proc/self/clear_refs (peak RSS reset)")
+    model = torch.nn.Embedding(1 << 16, 128)  # 32 MiB
+    model.share_memory()
+    path = tmp_path / "last.pt"
+
+    def peak_rise(chunk_bytes: int) -> int:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # VmHWM := VmRSS
+        before = rss("VmRSS")
+        stream(path, model, chunk_bytes)
+        return rss("VmHWM") - before
+
+    peak_rise(1 << 20)  # first use: imports, the thread's stack
+    assert peak_rise(1 << 20) < 8 << 20
+    assert torch.equal(checkpoint.load(str(path))["model"]["weight"], model.weight)
+
+
+def rss(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith(field + ":"))
+
+
+def test_load_maps_the_file_and_lets_it_go(tmp_path):
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("needs Linux's /proc")
+    model = make_model()
+    path = save(tmp_path / "last.pt", model)
+    fds = set(os.listdir("/proc/self/fd"))
+
+    def mapped() -> list[str]:
+        with open("/proc/self/maps") as f:
+            return [line.split(None, 5)[-1].strip() for line in f if str(path) in line]
+
+    state = checkpoint.load(str(path))
+    assert mapped() == [str(path)]  # the tensors view the file: no copy of it in memory
+    assert set(os.listdir("/proc/self/fd")) <= fds  # and no file is left open
+    old = model.state_dict()["net.1.weight"].clone()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    save(path, model)  # os.replace over the mapped file: the mapping keeps the old one
+    assert torch.equal(state["model"]["net.1.weight"], old)
+    assert torch.equal(checkpoint.load(str(path))["model"]["net.1.weight"], old + 1.0)
+    progress = state["progress"]
+    del state
+    gc.collect()
+    assert mapped() == []  # the last tensor gone, the mapping (and the old file) went with it
+    assert torch.equal(progress, torch.arange(8).reshape(2, 4))  # a copy: it outlives the state
+
+
+def test_tensors_on_another_device_are_written_as_cpu_tensors():
+    w = torch.empty(4, 6, device="meta")  # (CUDA in a run; meta is the device every build has)
+    state = {"model": {"w": w, "v": w[1:].t()}, "progress": torch.zeros(2, 4)}
+    out = checkpoint.on_cpu(state, checkpoint.storages(state))
+    for key, t in state["model"].items():
+        cpu = out["model"][key]
+        assert cpu.device.type == "cpu"
+        assert (cpu.shape, cpu.stride(), cpu.storage_offset()) == (
+            t.shape,
+            t.stride(),
+            t.storage_offset(),
+        )
+    assert out["model"]["w"].untyped_storage().data_ptr() == (
+        out["model"]["v"].untyped_storage().data_ptr()
+    )
+    assert out["progress"] is state["progress"]
+
+
+def test_an_interrupt_midstream_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    model = Mixed()
+    path = stream(tmp_path / "last.pt", model, 64)
+    before = path.read_bytes()
+    calls = []
+    finite = checkpoint.finite
+
+    def interrupted(x):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return finite(x)
+
+    monkeypatch.setattr(checkpoint, "finite", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        stream(path, model, 64)
+    assert path.read_bytes() == before and temp_files(tmp_path) == []
+    assert writer_threads() == []
 
 
 # ---- load: every problem is one line that names resume_from=<path> ----
@@ -258,12 +556,12 @@ def test_a_plain_pickle_is_refused_without_warnings(tmp_path, recwarn):
 @pytest.mark.parametrize(
     "state, fragment",
     [
-        ({"weights": torch.zeros(3)}, "format 1 expected"),
-        ([torch.zeros(3)], "format 1 expected"),
-        (torch.zeros(3), "format 1 expected"),
+        ({"weights": torch.zeros(3)}, FORMAT_EXPECTED),
+        ([torch.zeros(3)], FORMAT_EXPECTED),
+        (torch.zeros(3), FORMAT_EXPECTED),
         (
             {"format": 99, "model": {}, "progress": torch.zeros(2, 4), "run": {}},
-            "format 1 expected",
+            FORMAT_EXPECTED,
         ),
         (
             {"format": 1, "progress": torch.zeros(2, 4), "run": {}},
@@ -308,7 +606,19 @@ def test_load_wrong_format(tmp_path, state, fragment):
 # ---- check_compatible: a resumed run must line up with the one it continues ----
 
 
-@pytest.mark.parametrize("key", [k for k in checkpoint.MUST_MATCH if k not in checkpoint.WHAT])
+def test_a_run_on_mapped_data_does_not_continue_one_on_data_in_memory(tmp_path):
+    """Mapped data goes in blocks, in-memory data in one permutation: the orders differ."""
+    path = save(tmp_path / "last.pt")  # in memory: no 'shuffle' recorded, the permutation
+    state = checkpoint.load(str(path))
+    with pytest.raises(CheckpointError, match="shuffle='permutation' but this run has shuffle="):
+        checkpoint.check_compatible(
+            str(path), state, {**RUN, "shuffle": "blocks of 65536"}, make_model()
+        )
+
+
+@pytest.mark.parametrize(
+    "key", [k for k in checkpoint.MUST_MATCH if k not in checkpoint.WHAT and k != "shuffle"]
+)
 def test_check_compatible_names_the_mismatched_key(tmp_path, key):
     path = save(tmp_path / "last.pt")
     state = checkpoint.load(str(path))
