@@ -8,6 +8,8 @@ state in place, so every worker then reads and writes one state, lock-free, like
 (the A3C "SharedAdam" pattern, for any optimizer that keeps only tensors in its state: SGD with
 momentum, Adam, AdamW, RMSprop, Adagrad, ...). Step counters are shared too; concurrent
 increments can race, so the shared `step` may fall a little short of the true number of updates.
+Building the state by a step costs a copy of the model; an optimizer that says its state
+directly (`initial_state`, as hogwild.optim.RowwiseAdagrad has) costs only the state itself.
 """
 
 from __future__ import annotations
@@ -24,8 +26,15 @@ State = list[dict[str, torch.Tensor]]  # one dict per parameter, in model.parame
 
 
 def build(factory: Callable[..., torch.optim.Optimizer], params: list[torch.Tensor]) -> State:
-    """Create the optimizer's full state without touching `params`: one step with zero gradients
-    on clones (so weight decay cannot move the real weights), then every state tensor zeroed."""
+    """Create the optimizer's full state without touching `params`. An optimizer class that says
+    its state (a classmethod `initial_state(param, **the factory's keywords)`, as RowwiseAdagrad
+    has) gets it directly; any other takes one step with zero gradients on clones (a copy of the
+    model, so weight decay cannot move the real weights), then every state tensor is zeroed."""
+    cls = getattr(factory, "func", factory)
+    initial_state = getattr(cls, "initial_state", None) if isinstance(cls, type) else None
+    if initial_state is not None:
+        keywords = getattr(factory, "keywords", None) or {}
+        return [_checked(cls.__name__, initial_state(p, **keywords)) for p in params]
     clones = [torch.nn.Parameter(p.detach().clone()) for p in params]
     optimizer = factory(clones)
     name = type(optimizer).__name__
@@ -47,18 +56,7 @@ def build(factory: Callable[..., torch.optim.Optimizer], params: list[torch.Tens
             ) from None
     states = []
     for c in clones:
-        state = optimizer.state.get(c, {})
-        if not state:
-            raise ConfigError(
-                f"optimizer.shared=true: {name} keeps no per-parameter state, so there is nothing to share; "
-                "use optimizer.shared=false"
-            )
-        not_tensors = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
-        if not_tensors:
-            raise ConfigError(
-                f"optimizer.shared=true: {name} keeps {', '.join(not_tensors)} as plain Python values, "
-                "which cannot be shared between processes; use optimizer.shared=false"
-            )
+        state = _checked(name, optimizer.state.get(c, {}))
         fresh = {k: v.detach().clone().zero_() for k, v in state.items()}
         # Adagrad's sum starts at initial_accumulator_value, not zero: keep what its constructor made
         if (
@@ -69,6 +67,22 @@ def build(factory: Callable[..., torch.optim.Optimizer], params: list[torch.Tens
             fresh["sum"].fill_(optimizer.defaults["initial_accumulator_value"])
         states.append(fresh)
     return states
+
+
+def _checked(name: str, state: dict) -> dict[str, torch.Tensor]:
+    """A state that can be shared: some tensors, and nothing else."""
+    if not state:
+        raise ConfigError(
+            f"optimizer.shared=true: {name} keeps no per-parameter state, so there is nothing to share; "
+            "use optimizer.shared=false"
+        )
+    not_tensors = sorted(k for k, v in state.items() if not isinstance(v, torch.Tensor))
+    if not_tensors:
+        raise ConfigError(
+            f"optimizer.shared=true: {name} keeps {', '.join(not_tensors)} as plain Python values, "
+            "which cannot be shared between processes; use optimizer.shared=false"
+        )
+    return state
 
 
 def restore(states: State, saved: State) -> str | None:

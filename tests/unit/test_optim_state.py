@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hogwild.errors import ConfigError
-from hogwild.optim import shared_state
+from hogwild.optim import RowwiseAdagrad, shared_state
 
 from support import run_config
 
@@ -18,7 +18,9 @@ FACTORIES = {
     "adamw-decay": functools.partial(torch.optim.AdamW, lr=0.01, weight_decay=0.5),
     "rmsprop": functools.partial(torch.optim.RMSprop, lr=0.01),
     "adagrad": functools.partial(torch.optim.Adagrad, lr=0.01, initial_accumulator_value=0.1),
+    "rowwise-adagrad": functools.partial(RowwiseAdagrad, lr=0.01, initial_accumulator_value=0.1),
 }
+STARTS_AT = {("adagrad", "sum"): 0.1, ("rowwise-adagrad", "sum"): 0.1}  # else zero
 
 
 def params() -> list[torch.nn.Parameter]:
@@ -35,7 +37,7 @@ def test_build_makes_a_fresh_state_without_moving_the_weights(name):
     assert all(torch.equal(b, p) for b, p in zip(before, ps))  # weight decay ran on clones only
     for state in states:
         for key, t in state.items():
-            expected = 0.1 if (name, key) == ("adagrad", "sum") else 0.0
+            expected = STARTS_AT.get((name, key), 0.0)
             assert torch.all(t == expected), (key, t)
 
 
@@ -52,7 +54,7 @@ def test_two_optimizers_on_one_shared_state_see_each_others_updates(name):
     first.step()
     seen = {k: v.clone() for k, v in second.state[ps[0]].items()}
     assert any(
-        torch.any(v != (0.1 if k == "sum" else 0.0)) for k, v in seen.items()
+        torch.any(v != STARTS_AT.get((name, k), 0.0)) for k, v in seen.items()
     )  # first's step is visible
     second.step()
     if "step" in states[0]:
@@ -99,3 +101,23 @@ def test_restore_copies_a_saved_state_that_fits_and_names_one_that_does_not():
     assert "2 parameters" in shared_state.restore(
         shared_state.build(adam, list(torch.nn.Linear(4, 3, bias=False).parameters())), saved
     )
+
+
+def test_an_optimizer_that_says_its_state_gets_it_from_the_factorys_keywords():
+    """No clone, no step: the class's initial_state, given what the factory would pass."""
+    weight = torch.nn.Parameter(torch.ones(5, 4))
+    (state,) = shared_state.build(
+        functools.partial(RowwiseAdagrad, lr=0.5, initial_accumulator_value=0.25), [weight]
+    )
+    assert state["sum"].shape == (5,) and torch.all(state["sum"] == 0.25)
+    assert torch.all(weight == 1.0)
+
+
+def test_a_state_said_directly_is_judged_like_a_built_one():
+    class Counting(torch.optim.SGD):
+        @classmethod
+        def initial_state(cls, param, **options):
+            return {"count": 0}
+
+    with pytest.raises(ConfigError, match="Counting keeps count as plain Python values"):
+        shared_state.build(functools.partial(Counting, lr=0.1), params())
