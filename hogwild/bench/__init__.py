@@ -123,7 +123,12 @@ def _parser() -> argparse.ArgumentParser:
     scale.add_argument(
         "--ratings", type=int, default=2_000_000, help="training ratings per run (default: 2M)"
     )
-    scale.add_argument("--optimizer", default="adagrad", help="the optimizer config group's choice")
+    scale.add_argument(
+        "--optimizer",
+        default="rowwise_adagrad",
+        choices=("rowwise_adagrad", "adagrad", "sgd"),
+        help="the optimizer, for both (default: the experiment's, rowwise_adagrad)",
+    )
     return p
 
 

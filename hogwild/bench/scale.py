@@ -42,9 +42,11 @@ def table_users(size: str) -> int:
 
 
 class TreePSS:
-    """Peak of the summed PSS of a process and all its descendants, sampled in a thread."""
+    """Peak of the summed PSS of a process and all its descendants, sampled in a thread. Each
+    sample walks the page tables of every mapping (smaps_rollup): a GiB-sized shared table costs
+    the sampler a good part of a core, so it samples twice a second, not ten times."""
 
-    def __init__(self, pid: int, interval: float = 0.1):
+    def __init__(self, pid: int, interval: float = 0.5):
         self.root, self.interval, self.peak = psutil.Process(pid), interval, 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -58,16 +60,24 @@ class TreePSS:
             except psutil.NoSuchProcess:
                 return
             for p in procs:
-                try:
-                    total += p.memory_full_info().pss
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    pass
+                total += _pss(p.pid)
             self.peak = max(self.peak, total)
 
     def close(self) -> int:
         self.stop.set()
         self.thread.join()
         return self.peak
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # it exited meanwhile
+        pass
+    return 0
 
 
 def _run(cmd: list[str], cwd: str, timeout: float) -> tuple[int, int, float, str]:
@@ -164,6 +174,26 @@ def plain(users: int, ratings: int, workers: int, optimizer: str, workdir: str) 
     return {**json.loads(found[-1]), "peak_pss": peak, "wall_seconds": wall}
 
 
+class SharedRowwise:
+    """What a careful user writes for a PyTorch-BigGraph-style shared row-wise Adagrad: the
+    state made once in the parent, in shared memory, adopted by every worker's optimizer."""
+
+    def __init__(self, states: list[dict]):
+        self.states = states
+        for state in states:
+            for t in state.values():
+                t.share_memory_()
+
+    def __call__(self, params, lr: float):
+        from hogwild.optim import RowwiseAdagrad
+
+        params = list(params)
+        optimizer = RowwiseAdagrad(params, lr=lr)
+        for p, state in zip(params, self.states):
+            optimizer.state[p] = dict(state)
+        return optimizer
+
+
 def plain_child(users: int, ratings: int, workers: int, optimizer: str) -> None:
     """The plain loop (hogwild.bench.runs.run_plain) on the experiment's data and model."""
     import functools
@@ -181,7 +211,11 @@ def plain_child(users: int, ratings: int, workers: int, optimizer: str) -> None:
     )
     torch.manual_seed(0)
     model = MatrixFactorization(**data.model_kwargs, dim=32)
-    make = {"adagrad": torch.optim.Adagrad, "sgd": torch.optim.SGD}[optimizer]
+    from hogwild.optim import RowwiseAdagrad  # the optimizer class only, none of the framework
+
+    make = {"adagrad": torch.optim.Adagrad, "sgd": torch.optim.SGD}.get(optimizer)
+    if optimizer == "rowwise_adagrad":  # shared, as the framework shares it: the same work
+        make = SharedRowwise([RowwiseAdagrad.initial_state(p) for p in model.parameters()])
     recipe = (256, functools.partial(make, lr=0.1), F.mse_loss)
     result = run_plain(model, data, "fork", "file_descriptor", workers, 1, recipe)
     print(json.dumps({"samples_per_second": result["samples_per_second"]}), flush=True)
@@ -208,6 +242,10 @@ def main(sizes: str, ratings: int, workers: int, optimizer: str, out: str, plot:
             print(_line(row, rows[0]), flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    if plot and rows:
+        png = os.path.splitext(out)[0] + ".png"
+        draw(rows, png)
+        print(f"wrote {png}")
     with open(out, "w") as f:
         json.dump(
             {"ratings": ratings, "workers": workers, "optimizer": optimizer, "rows": rows},
@@ -216,6 +254,54 @@ def main(sizes: str, ratings: int, workers: int, optimizer: str, out: str, plot:
         )
     print(f"wrote {out}")
     return 1 if any("error" in r["framework"] or "error" in r["plain"] for r in rows) else 0
+
+
+def draw(rows: list[dict], png: str) -> None:
+    """Three panels by table size: memory against the model, the fixed costs, samples/s."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if "error" not in r["framework"]]
+    gib = [r["model_bytes"] / 2**30 for r in ok]
+    fig, (mem, fixed, speed) = plt.subplots(1, 3, figsize=(15, 4.2))
+    mem.plot(
+        gib, [r["framework"]["peak_pss"] / 2**30 for r in ok], "o-", label="peak PSS, all processes"
+    )
+    base = ok[0]["framework"]["peak_pss"] / 2**30 if ok else 0
+    mem.plot(
+        gib, [base + 1.5 * (g - gib[0]) for g in gib], "--", color="grey", label="+1.5x the model"
+    )
+    mem.set(xlabel="embedding table (GiB)", ylabel="GiB", title="memory")
+    mem.legend(loc="upper left", fontsize=8)
+    labels = [r["size"] for r in ok]
+    bottom = [0.0] * len(ok)
+    for key in FIXED:
+        values = [r["framework"].get(key) or 0.0 for r in ok]
+        fixed.bar(labels, values, bottom=bottom, label=key.replace("_", " "))
+        bottom = [b + v for b, v in zip(bottom, values)]
+    fixed.set(ylabel="seconds", title="fixed costs (wall clock minus training)")
+    fixed.legend(fontsize=7, loc="upper left")
+    x = range(len(ok))
+    speed.bar(
+        [i - 0.2 for i in x],
+        [r["framework"]["samples_per_second"] for r in ok],
+        0.4,
+        label="framework",
+    )
+    speed.bar(
+        [i + 0.2 for i in x],
+        [r["plain"].get("samples_per_second") or 0 for r in ok],
+        0.4,
+        label="plain loop",
+    )
+    speed.set_xticks(list(x), labels)
+    speed.set(ylabel="samples/s", title="training throughput")
+    speed.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
 
 
 def _line(row: dict, first: dict) -> str:

@@ -8,7 +8,7 @@ where it is called on the shared parameters.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -80,6 +80,11 @@ def build_model(
     )
 
 
+def optimizer_class(values: Mapping[str, Any]) -> Any:
+    """The class the optimizer section names (None when it cannot be imported), unbuilt."""
+    return _locate(str(values.get("_target_")))
+
+
 def build_optimizer_factory(values: Mapping[str, Any]) -> functools.partial:
     if values.get("_partial_") is not True:
         raise ConfigError(
@@ -89,41 +94,30 @@ def build_optimizer_factory(values: Mapping[str, Any]) -> functools.partial:
 
 
 def build_workload(
-    run,
-    node,
-    started_at: float | None = None,
-    fits: Callable[[torch.nn.Module, int], None] | None = None,
+    run, node, started_at: float | None = None, memory: tuple[int, str] | None = None
 ):
     """The run's workload and its model: a data set (supervised, sharded between torchrun
     nodes) or, when the config has an `env` group, A3C on that environment.
 
-    The model is first built on the "meta" device (shapes only, no memory) and handed to
-    `fits` with the data's bytes, which may refuse a run that cannot fit before a byte of the
-    model exists; then it is built for real, its initial weights seeded by `trainer.seed`, and
-    on the CPU its big tensors straight in shared memory (hogwild.process.sharing.born_shared)."""
+    The model's initial weights are seeded by `trainer.seed`; on the CPU its big tensors are
+    created straight in shared memory (hogwild.process.sharing.born_shared), and a model bigger
+    than `memory` (bytes available, and the words that say so) is refused before it is built."""
     if run.env is None:
         data = node.shard(build_data(run.data))
         args = (run.model, data.input_shape, data.num_classes, data.model_kwargs)
-        data_bytes = sharing.storage_bytes([data.train_x, data.train_y, data.test_x, data.test_y])
         workload = data
     else:
         from hogwild.workloads.a3c import A3CWorkload
 
         factory = _instantiate("env", run.env)
         workload = A3CWorkload(factory, run.a3c, run.trainer.seed, started_at)
-        args, data_bytes = (run.model, workload.input_shape, workload.num_actions), 0
-    on_cpu = torch.device(run.trainer.device).type == "cpu"
-    if fits is not None and on_cpu:
-        try:
-            with torch.device("meta"):
-                sized = build_model(*args)
-        except Exception:  # noqa: BLE001 - a model that cannot be built on meta: sized later
-            sized = None
-        if sized is not None:
-            fits(sized, data_bytes)
+        args = (run.model, workload.input_shape, workload.num_actions)
     torch.manual_seed(run.trainer.seed)
-    if not on_cpu:
+    if torch.device(run.trainer.device).type != "cpu":
         return workload, build_model(*args)
     sharing.set_sharing_strategy(run.trainer.sharing_strategy)  # decides the kind of segment
-    with sharing.translating_failures("the model", "a smaller model"), sharing.born_shared():
+    with (
+        sharing.translating_failures("the model", "a smaller model"),
+        sharing.born_shared(memory=memory),
+    ):
         return workload, build_model(*args)

@@ -201,7 +201,10 @@ def _start(run, raw: dict, setup, ahead, started_at: float | None, save_config):
         ahead.settle(run.trainer.start_method)
     with timeline.phase("torch_import"):
         import torch
-    if forkserver.needs_dynamo(run.trainer.start_method, run.shared_optimizer):
+    from hogwild.cli.builders import optimizer_class
+
+    optimizer = optimizer_class(run.optimizer)
+    if forkserver.needs_dynamo(run.trainer.start_method, run.shared_optimizer, optimizer):
         forkserver.import_dynamo()  # in a thread, while the data is built
 
     from hogwild.distributed.node import LocalNode
@@ -238,19 +241,12 @@ def _fit(run, raw: dict, setup, started_at: float | None, node):
     from hogwild.run import memory
     from hogwild.run.trainer import Trainer
 
-    factory = builders.build_optimizer_factory(run.optimizer)
-
-    def fits(model, data_bytes: int) -> None:  # before the model is built (hogwild.run.memory)
-        memory.check(
-            model, factory, run.shared_optimizer, run.trainer.num_workers, data_bytes, data_bytes
-        )
-
     with setup.timeline.phase("data_and_model"):  # a data set, or an environment (A3C)
-        data, model = builders.build_workload(run, node, started_at, fits)
+        data, model = builders.build_workload(run, node, started_at, memory.available())
     trainer = Trainer(
         model=model,
         data=data,
-        optimizer_factory=factory,
+        optimizer_factory=builders.build_optimizer_factory(run.optimizer),
         trainer=run.trainer,
         batch_size=run.batch_size,
         output_dir=run.output_dir,

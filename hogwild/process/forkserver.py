@@ -100,10 +100,13 @@ def fork_server(start_method: str) -> None:
                 del os.environ[server_guard.PARENT_ENV]
 
 
-def needs_dynamo(start_method: str, shared_optimizer: bool) -> bool:
+def needs_dynamo(start_method: str, shared_optimizer: bool, optimizer: object = None) -> bool:
     """Whether this process needs torch._dynamo (~1.1 s), which every optimizer step imports:
-    forked workers inherit it, and a shared optimizer state is built here with one step."""
-    return start_method == "fork" or shared_optimizer
+    forked workers inherit it, and a shared optimizer state is built here with one step, unless
+    the optimizer class (`optimizer`, or the factory of one) says its state itself
+    (`initial_state`, hogwild.optim.shared_state.build)."""
+    cls = getattr(optimizer, "func", optimizer)
+    return start_method == "fork" or (shared_optimizer and not hasattr(cls, "initial_state"))
 
 
 def import_dynamo() -> None:

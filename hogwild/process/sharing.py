@@ -128,15 +128,20 @@ BORN_SHARED_MIN_BYTES = 2**20
 
 
 @contextlib.contextmanager
-def born_shared(min_bytes: int = BORN_SHARED_MIN_BYTES, shm_dir: str = SHM_DIR) -> Iterator[None]:
+def born_shared(
+    min_bytes: int = BORN_SHARED_MIN_BYTES,
+    shm_dir: str = SHM_DIR,
+    memory: tuple[int, str] | None = None,
+) -> Iterator[None]:
     """Build a model inside this and its big CPU tensors are created in shared memory, where
     `share_memory()` finds them already: no second copy of a big table (which doubles its memory
     for a moment) and no copying into shared memory (seconds per GiB). torch's factory functions
     (`empty`, `zeros`, `ones`, `full`, as every nn module uses for its parameters) are
     intercepted; anything else is created as usual. The sharing strategy must be set first
-    (`set_sharing_strategy`): it decides the kind of segment. More than /dev/shm holds is one
-    SharedMemoryError, before a page is touched."""
-    mode = _BornShared(min_bytes, shm_dir)
+    (`set_sharing_strategy`): it decides the kind of segment. More than /dev/shm holds, or than
+    `memory` (bytes available, and the words that say so), is one SharedMemoryError before a
+    page is touched: a table bigger than the machine is refused, not built."""
+    mode = _BornShared(min_bytes, shm_dir, memory)
     with mode:
         yield
 
@@ -144,9 +149,9 @@ def born_shared(min_bytes: int = BORN_SHARED_MIN_BYTES, shm_dir: str = SHM_DIR) 
 class _BornShared(TorchFunctionMode):
     FILL = {torch.zeros: 0, torch.ones: 1}
 
-    def __init__(self, min_bytes: int, shm_dir: str):
+    def __init__(self, min_bytes: int, shm_dir: str, memory: tuple[int, str] | None):
         super().__init__()
-        self.min_bytes, self.shm_dir, self.total = min_bytes, shm_dir, 0
+        self.min_bytes, self.shm_dir, self.memory, self.total = min_bytes, shm_dir, memory, 0
         try:
             self.free: int | None = shutil.disk_usage(shm_dir).free
         except FileNotFoundError:
@@ -174,6 +179,11 @@ class _BornShared(TorchFunctionMode):
 
     def _shared(self, func, meta: torch.Tensor, nbytes: int, args, kwargs) -> torch.Tensor:
         self.total += nbytes
+        if self.memory is not None and self.total > self.memory[0]:
+            raise SharedMemoryError(
+                f"the model needs at least {_size(self.total)} of memory but "
+                f"{_size(self.memory[0])} is {self.memory[1]}: use a smaller model"
+            )
         if self.free is not None and self.total * 1.05 > self.free:
             raise SharedMemoryError(
                 f"{self.shm_dir} has {_size(self.free)} free but the model needs at least "

@@ -71,31 +71,56 @@ def sparse_parameters(model: torch.nn.Module) -> set[int]:
     return found
 
 
+def state_copies(factory: Callable[..., torch.optim.Optimizer]) -> int | None:
+    """How many parameter-sized tensors torch's own optimizers keep per parameter, from their
+    arguments alone (building one, even on meta copies, imports torch._dynamo: ~1.1 s that
+    every forkserver or spawn run would pay here). None: not one of them."""
+    cls, kw = getattr(factory, "func", factory), getattr(factory, "keywords", None) or {}
+    o = torch.optim
+    if cls is o.SGD:
+        return int(bool(kw.get("momentum", 0)))
+    if cls in (o.Adam, o.AdamW, o.NAdam, o.RAdam):
+        return 2 + bool(kw.get("amsgrad"))
+    if cls in (o.Adamax, o.SparseAdam, o.Adadelta, o.Rprop):
+        return 2
+    if cls in (o.Adagrad, o.ASGD):
+        return 1
+    if cls is o.RMSprop:
+        return 1 + bool(kw.get("momentum", 0)) + bool(kw.get("centered"))
+    return None
+
+
 def optimizer_state_bytes(
     factory: Callable[..., torch.optim.Optimizer], params: Iterable[torch.Tensor]
 ) -> int | None:
-    """Bytes of the state `factory` keeps for `params`, found on meta copies (nothing is
-    allocated); None when the optimizer cannot be sized that way."""
-    copies = [torch.nn.Parameter(torch.empty_like(p, device="meta")) for p in params]
-    if not copies:
-        return 0
+    """Bytes of the state `factory` keeps for `params`, allocating none of it: from the
+    arguments of torch's own optimizers, from an optimizer's `initial_state` (as
+    hogwild.optim.RowwiseAdagrad says its state), else from one step on "meta" copies. None when
+    it cannot be told."""
+    params = list(params)
+    copies = state_copies(factory)
+    if copies is not None:
+        return copies * sum(p.numel() * p.element_size() for p in params)
+    cls, kw = getattr(factory, "func", factory), getattr(factory, "keywords", None) or {}
+    meta = [torch.nn.Parameter(torch.empty_like(p, device="meta")) for p in params]
     try:
-        optimizer = factory(copies)
-        for c in copies:
-            c.grad = torch.zeros_like(c)
-        try:
-            optimizer.step()
-        except RuntimeError:  # an optimizer for sparse gradients only: its state is then unknown
-            if not any(optimizer.state.values()):
-                return None
+        if isinstance(cls, type) and hasattr(cls, "initial_state"):
+            states = [cls.initial_state(p, **kw) for p in meta]
+        else:
+            optimizer = factory(meta)
+            for c in meta:
+                c.grad = torch.zeros_like(c)
+            with contextlib.suppress(RuntimeError):  # one for sparse gradients only: as built
+                optimizer.step()
+            states = list(optimizer.state.values())
     except Exception:  # noqa: BLE001 - sizing is a best effort: the run's own checks speak
         return None
-    total = 0
-    for state in optimizer.state.values():
-        for value in state.values():
-            if isinstance(value, torch.Tensor):
-                total += value.numel() * value.element_size()
-    return total
+    return sum(
+        v.numel() * v.element_size()
+        for state in states
+        for v in state.values()
+        if isinstance(v, torch.Tensor)
+    )
 
 
 def needs(
@@ -124,7 +149,7 @@ def needs(
     dense = sum(p.numel() * p.element_size() for p in params if id(p) not in sparse)
     if dense >= 2**20:
         found.append(Need(f"gradients {num_workers} x {size(dense)}", num_workers * dense))
-    if data_bytes:
+    if data_bytes >= 2**20:
         found.append(Need(f"data {size(data_bytes)}", data_bytes))
     found.append(
         Need(

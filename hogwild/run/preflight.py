@@ -22,6 +22,7 @@ import torch
 
 from hogwild.config.schema import TrainerConfig
 from hogwild.errors import CheckpointError, ConfigError, HogwildError, RunFolderError
+from hogwild.optim.rowwise_adagrad import RowwiseAdagrad
 from hogwild.process import forkserver, sharing
 from hogwild.protocol import Control
 from hogwild.run import checkpoint, memory
@@ -136,11 +137,12 @@ def check_optimizer(factory: Callable[..., torch.optim.Optimizer]) -> None:
 
 def checks_arguments_first(factory: Callable[..., torch.optim.Optimizer], keywords) -> bool:
     """torch's own optimizers whose every argument check comes before Optimizer.__init__ (torch
-    2.13); Adam, AdamW, SGD and Adagrad check `fused` only after it."""
+    2.13; Adam, AdamW, SGD and Adagrad check `fused` only after it), and hogwild's."""
     cls = getattr(factory, "func", factory)
     if cls in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad):
         return not keywords.get("fused")
     return cls in (
+        RowwiseAdagrad,
         torch.optim.Adadelta,
         torch.optim.Adamax,
         torch.optim.ASGD,

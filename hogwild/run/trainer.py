@@ -119,7 +119,9 @@ class Trainer:
                 setup.claim = run_folder.Claim(self.output_dir)
             with setup.claim or contextlib.nullcontext():
                 forkserver.fork_server(self.cfg.start_method)
-                if forkserver.needs_dynamo(self.cfg.start_method, self.shared_optimizer):
+                if forkserver.needs_dynamo(
+                    self.cfg.start_method, self.shared_optimizer, self.optimizer_factory
+                ):
                     forkserver.import_dynamo()
                 return self._fit(setup, stack_dir)
         finally:

@@ -169,6 +169,33 @@ def test_api_refuses_fork_with_threads_when_the_parent_runs_a_thread_pool(tmp_pa
     assert not (tmp_path / "run").exists()
 
 
+def test_api_refuses_a_run_that_cannot_fit_in_memory_with_the_sum(tmp_path, monkeypatch):
+    """The model is built (the Python API's), but a per-worker Adam state would not fit."""
+    import functools
+
+    from hogwild import Trainer, TrainerConfig
+    from hogwild.data import make_synthetic
+    from hogwild.run import memory
+
+    monkeypatch.setattr(memory, "available", lambda: (10 * 2**20, "available"))
+    data = make_synthetic(num_samples=256, num_test_samples=64, input_shape=[8], num_classes=2)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 2**16), torch.nn.Linear(2**16, 2))  # 2.5 MiB
+    trainer = Trainer(
+        model,
+        data,
+        functools.partial(torch.optim.Adam, lr=0.01),
+        TrainerConfig(num_workers=2),
+        batch_size=32,
+        output_dir=str(tmp_path / "run"),
+    )
+    with pytest.raises(HogwildError) as e:
+        trainer.fit()
+    said = str(e.value)
+    assert said.startswith("the run needs about") and "is available: model 3 MiB + " in said
+    assert "optimizer state 2 x 6 MiB (Adam, one per worker) + gradients 2 x 3 MiB + 3 proc" in said
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
 class Picky(torch.optim.SGD):
     """A user's optimizer that refuses an empty parameter list in its own words."""
 
@@ -226,7 +253,7 @@ def test_optimizer_check_accepts_good_arguments(factory):
     preflight.check_optimizer(factory)
 
 
-@pytest.mark.parametrize("name", ["sgd", "adam", "adagrad", "rmsprop"])
+@pytest.mark.parametrize("name", ["sgd", "adam", "adagrad", "rmsprop", "rowwise_adagrad"])
 def test_every_shipped_optimizer_is_checked_without_a_parameter_group(name):
     # the shortcut that spares the orchestrator torch._dynamo's import (hogwild.process.forkserver): it
     # holds as long as torch checks the arguments, then refuses the empty list, in these words
