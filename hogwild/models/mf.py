@@ -34,15 +34,23 @@ class MatrixFactorization(nn.Module):
                 "model=mf needs a ratings data set that names its users and items: "
                 "use data=synthetic_ratings or data=movielens"
             )
-        self.user = nn.Embedding(num_users, dim, sparse=sparse)
-        self.item = nn.Embedding(num_items, dim, sparse=sparse)
-        self.user_bias = nn.Embedding(num_users, 1, sparse=sparse)
-        self.item_bias = nn.Embedding(num_items, 1, sparse=sparse)
+        # each table made and initialised once: nn.Embedding's own N(0, 1) init would first
+        # fill it for nothing (seconds for a table of GiBs)
+        self.user = self._table(num_users, dim, sparse, init_std)
+        self.item = self._table(num_items, dim, sparse, init_std)
+        self.user_bias = self._table(num_users, 1, sparse, None)
+        self.item_bias = self._table(num_items, 1, sparse, None)
         self.bias = nn.Parameter(torch.tensor(3.5))  # dense, one scalar: the global mean rating
-        for table in (self.user, self.item):
-            init.normal_(table.weight, 0.0, init_std)
-        for table in (self.user_bias, self.item_bias):
-            nn.init.zeros_(table.weight)
+
+    @staticmethod
+    def _table(rows: int, dim: int, sparse: bool, std: float | None) -> nn.Embedding:
+        """N(0, std) factors, or zeros (std None)."""
+        weight = (
+            torch.zeros(rows, dim)
+            if std is None
+            else init.normal_(torch.empty(rows, dim), 0.0, std)
+        )
+        return nn.Embedding(rows, dim, sparse=sparse, _weight=weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         u, i = x[:, 0], x[:, 1]
