@@ -3,7 +3,10 @@ the files themselves, and /dev/shm holds no copy of the data while they train.""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from support import read_summary, start_run, tagged_processes
@@ -64,3 +67,16 @@ def test_a_run_on_mapped_data_shares_no_copy_of_it(tmp_path, no_leaks):
     s = read_summary(run_dir)
     assert s["status"] == "completed" and s["total_samples"] == 8000
     assert "mapped from" in out + err and Path(folder).name.startswith("synthetic-")
+
+
+def test_the_block_order_is_the_same_in_another_process():
+    from hogwild.workloads.supervised import BlockShard
+
+    code = (
+        "from hogwild.workloads.supervised import BlockShard\n"
+        "print([BlockShard(5000, 9, 1, r, 2, block=97)[:].tolist() for r in range(2)])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [
+        BlockShard(5000, 9, 1, r, 2, block=97)[:].tolist() for r in range(2)
+    ]

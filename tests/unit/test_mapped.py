@@ -8,8 +8,6 @@ import json
 import os
 import pickle
 import signal
-import subprocess
-import sys
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
@@ -357,17 +355,6 @@ def test_batches_read_in_any_steps_give_the_same_order():
         assert torch.equal(torch.cat(batches), whole)
         resumed = BlockShard(10_000, 5, 2, 1, 3, block=128)  # a fresh process at batch 3
         assert torch.equal(resumed[3 * size :], whole[3 * size :])
-
-
-def test_the_block_order_is_the_same_in_another_process():
-    code = (
-        "from hogwild.workloads.supervised import BlockShard\n"
-        "print([BlockShard(5000, 9, 1, r, 2, block=97)[:].tolist() for r in range(2)])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == [
-        BlockShard(5000, 9, 1, r, 2, block=97)[:].tolist() for r in range(2)
-    ]
 
 
 class Recorder:
