@@ -30,6 +30,15 @@ SMALL = [
     "data.noise=2.0",
     "trainer.epochs=1",
 ]
+# A small matrix factorization: the sparse experiment, offline, a second per epoch
+SMALL_MF = [
+    "+experiment=matrix_factorization",
+    "data.num_users=200",
+    "data.num_items=300",
+    "data.num_ratings=20000",
+    "data.num_test_ratings=2000",
+    "trainer.start_method=fork",
+]
 # A run long enough to checkpoint before it breaks: 2 workers x 64 samples per step give each
 # rank 125 steps; the model breaks at its 40th when `+model.fault=raise` is added (the test
 # says which fault), a checkpoint is written every 5 steps.

@@ -5,22 +5,12 @@ from __future__ import annotations
 
 from hogwild.data import make_synthetic_ratings
 
-from support import read_summary, run_cli, tensorboard_tags
-
-SMALL_MF = [
-    "+experiment=matrix_factorization",
-    "data.num_users=200",
-    "data.num_items=300",
-    "data.num_ratings=20000",
-    "data.num_test_ratings=2000",
-    "trainer.epochs=3",
-    "trainer.start_method=fork",
-]
+from support import SMALL_MF, read_summary, run_cli, tensorboard_tags
 
 
 def test_matrix_factorization_experiment_learns_and_reports_rmse(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_cli(SMALL_MF, run_dir)
+    result = run_cli([*SMALL_MF, "trainer.epochs=3"], run_dir)
     assert result.returncode == 0, result.stderr
     s = read_summary(run_dir)
     assert (

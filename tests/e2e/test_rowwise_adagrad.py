@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from support import read_summary, run_cli
-
-SMALL_MF = [
-    "+experiment=matrix_factorization",
-    "data.num_users=200",
-    "data.num_items=300",
-    "data.num_ratings=20000",
-    "data.num_test_ratings=2000",
-    "trainer.epochs=2",
-    "trainer.start_method=fork",
-]
+from support import SMALL_MF, read_summary, run_cli
 
 
 def test_workers_share_one_float_per_row_and_the_checkpoint_keeps_it(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_cli(SMALL_MF, run_dir)
+    result = run_cli([*SMALL_MF, "trainer.epochs=2"], run_dir)
     assert result.returncode == 0, result.stderr
     s = read_summary(run_dir)
     per_worker = [w["steps"] for w in s["staleness"]["per_worker"]]
