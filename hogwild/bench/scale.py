@@ -23,10 +23,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-import psutil
+from hogwild.bench.runs import PeakPSS, run_plain
 
 ROW_BYTES = 33 * 4  # dim 32 + the row's bias, float32
 SIZES = "2MB,755MB,3GiB"
@@ -41,45 +40,6 @@ def table_users(size: str) -> int:
     return max(2, round(float(m[1]) * UNITS[m[2]] / ROW_BYTES / 1.5))
 
 
-class TreePSS:
-    """Peak of the summed PSS of a process and all its descendants, sampled in a thread. Each
-    sample walks the page tables of every mapping (smaps_rollup): a GiB-sized shared table costs
-    the sampler a good part of a core, so it samples twice a second, not ten times."""
-
-    def __init__(self, pid: int, interval: float = 0.5):
-        self.root, self.interval, self.peak = psutil.Process(pid), interval, 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        while not self.stop.wait(self.interval):
-            total = 0
-            try:
-                procs = [self.root, *self.root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                return
-            for p in procs:
-                total += _pss(p.pid)
-            self.peak = max(self.peak, total)
-
-    def close(self) -> int:
-        self.stop.set()
-        self.thread.join()
-        return self.peak
-
-
-def _pss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:  # it exited meanwhile
-        pass
-    return 0
-
-
 def _run(cmd: list[str], cwd: str, timeout: float) -> tuple[int, int, float, str]:
     """(exit code, peak PSS, wall seconds, output tail) of one command's process tree."""
     t0 = time.monotonic()
@@ -87,15 +47,13 @@ def _run(cmd: list[str], cwd: str, timeout: float) -> tuple[int, int, float, str
     p = subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    pss = TreePSS(p.pid)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, _ = p.communicate()
-    finally:
-        peak = pss.close()
-    return p.returncode, peak, time.monotonic() - t0, out[-2000:]
+    with PeakPSS(p.pid, interval=0.5) as pss:  # twice a second: see PeakPSS
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+    return p.returncode, pss.peak, time.monotonic() - t0, out[-2000:]
 
 
 def framework(users: int, ratings: int, workers: int, optimizer: str, workdir: str) -> dict:
@@ -201,7 +159,6 @@ def plain_child(users: int, ratings: int, workers: int, optimizer: str) -> None:
     import torch
     import torch.nn.functional as F
 
-    from hogwild.bench.runs import run_plain
     from hogwild.data import make_synthetic_ratings
     from hogwild.models import MatrixFactorization
 

@@ -18,6 +18,7 @@ CLI can print it as-is instead of a traceback.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ import torch
 from hogwild.errors import DataError
 
 TASKS = ("classification", "regression")
-__all__ = ["DataError", "DataSplits", "TASKS"]
+__all__ = ["DataError", "DataSplits", "TASKS", "make_folder"]
 
 
 @dataclass
@@ -90,3 +91,12 @@ class DataSplits:
     @property
     def num_test(self) -> int:
         return len(self.test_y)
+
+
+def make_folder(path: Path, way_out: str, what: str = "") -> None:
+    """`mkdir -p`, or one DataError naming the folder (`what`: "MNIST folder "), the OS reason
+    and `way_out`."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"cannot create {what}{path} ({e.strerror or e}): {way_out}") from None

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hogwild.data.base import DataError, DataSplits
+from hogwild.data.base import DataError, DataSplits, make_folder
 
 log = logging.getLogger("hogwild.data")
 
@@ -175,12 +175,7 @@ class MappedWriter:
         self.params = dict(params or {})
         self.files: dict[str, _ArrayFile] = {}
         parent = self.folder.parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise DataError(
-                f"cannot create {parent} ({e.strerror or e}): choose a writable folder"
-            ) from None
+        make_folder(parent, "choose a writable folder")
         remove_abandoned(self.folder)
         self.tmp = parent / (
             f".{self.folder.name}.tmp-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"

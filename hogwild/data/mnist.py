@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hogwild.data.base import DataError, DataSplits
+from hogwild.data.base import DataError, DataSplits, make_folder
 from hogwild.data.download import from_mirrors
 
 log = logging.getLogger(__name__)
@@ -117,12 +117,7 @@ def download_mnist(
     root = Path(root).absolute()
     names = list(names)
     made = [p for p in (root, *root.parents) if not p.exists()]  # removed again on a failure
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise DataError(
-            f"cannot create MNIST folder {root} ({e.strerror or e}): set data.root to a writable folder"
-        ) from None
+    make_folder(root, "set data.root to a writable folder", what="MNIST folder ")
     log.debug("downloading MNIST to %s", root)
 
     missing: list[str] = []

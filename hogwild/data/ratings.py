@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hogwild.data.base import DataError, DataSplits
+from hogwild.data.base import DataError, DataSplits, make_folder
 from hogwild.data.download import from_mirrors
 from hogwild.data.mapped import MappedWriter, cached, write_splits
 
@@ -194,12 +194,7 @@ def load_movielens(
                 f"MovieLens 100K is missing from {root}: put {MOVIELENS_ZIP} or {RATINGS_FILE} there, "
                 "or set data.download=true"
             )
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise DataError(
-                f"cannot create {root} ({e.strerror or e}): set data.root to a writable folder"
-            ) from None
+        make_folder(root, "set data.root to a writable folder")
         download_movielens(root, mirrors, timeout, md5)
 
     def build() -> DataSplits:

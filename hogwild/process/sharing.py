@@ -127,12 +127,11 @@ def check_fd_passing(num_tensors: int, start_method: str, strategy: str) -> None
 BORN_SHARED_MIN_BYTES = 2**20
 
 
-@contextlib.contextmanager
 def born_shared(
     min_bytes: int = BORN_SHARED_MIN_BYTES,
     shm_dir: str = SHM_DIR,
     memory: tuple[int, str] | None = None,
-) -> Iterator[None]:
+) -> TorchFunctionMode:
     """Build a model inside this and its big CPU tensors are created in shared memory, where
     `share_memory()` finds them already: no second copy of a big table (which doubles its memory
     for a moment) and no copying into shared memory (seconds per GiB). torch's factory functions
@@ -141,14 +140,10 @@ def born_shared(
     (`set_sharing_strategy`): it decides the kind of segment. More than /dev/shm holds, or than
     `memory` (bytes available, and the words that say so), is one SharedMemoryError before a
     page is touched: a table bigger than the machine is refused, not built."""
-    mode = _BornShared(min_bytes, shm_dir, memory)
-    with mode:
-        yield
+    return _BornShared(min_bytes, shm_dir, memory)
 
 
 class _BornShared(TorchFunctionMode):
-    FILL = {torch.zeros: 0, torch.ones: 1}
-
     def __init__(self, min_bytes: int, shm_dir: str, memory: tuple[int, str] | None):
         super().__init__()
         self.min_bytes, self.shm_dir, self.memory, self.total = min_bytes, shm_dir, memory, 0
@@ -194,8 +189,8 @@ class _BornShared(TorchFunctionMode):
         t = torch.empty(0, dtype=meta.dtype).set_(storage, 0, meta.shape, meta.stride())
         if func is torch.full:
             t.fill_(args[1] if len(args) > 1 else kwargs["fill_value"])
-        elif self.FILL.get(func):
-            t.fill_(self.FILL[func])
+        elif func is torch.ones:  # zeros need nothing: a new segment reads as zeros
+            t.fill_(1)
         return t.requires_grad_(bool(kwargs.get("requires_grad")))
 
 

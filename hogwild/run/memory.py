@@ -9,11 +9,13 @@ get sparse gradients, and each process's own runtime (torch and Python, about
 (hogwild.run.checkpoint). A run whose sum is above the memory the machine (or its cgroup) has
 available is refused with the sum written out and the way out, e.g.
 
-    the run needs 12.4 GiB of memory but 10.2 GiB is available: model 3.1 GiB + optimizer
-    state 2 x 3.1 GiB (torch Adagrad, one per worker) + ... : use optimizer=rowwise_adagrad ...
+    the run needs about 27.3 GiB of memory but 21.8 GiB is available: model 8.9 GiB +
+    optimizer state 2 x 8.9 GiB (Adagrad, one per worker) + 3 processes x 256 MiB: use
+    optimizer=rowwise_adagrad (embedding tables) or optimizer.shared=true
 
-The optimizer's state is sized without allocating it: the optimizer is built over "meta"
-copies of the parameters and takes one step there (shapes only, no memory).
+The optimizer's state is sized without allocating it: from the arguments of torch's own
+optimizers, from an optimizer's `initial_state`, else from one step on "meta" copies of the
+parameters (shapes only, no memory).
 """
 
 from __future__ import annotations

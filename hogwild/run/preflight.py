@@ -255,8 +255,8 @@ def _prepare(
     if node.is_writer:
         check_writable(output_dir, model, optimizer_copies=2)  # room for an Adam-sized state
     device = device_rules.resolve(cfg.device)
+    data_bytes = sharing.storage_bytes(workload.host_tensors())
     if device.type == "cpu":  # the model and the data are in this process's memory already
-        data_bytes = sharing.storage_bytes(workload.host_tensors())
         memory.check(
             model,
             optimizer_factory,
@@ -273,9 +273,7 @@ def _prepare(
             )
         on_device = False
     else:
-        on_device = device_rules.data_goes_to_device(
-            sharing.storage_bytes(workload.host_tensors()), device, cfg.data_on_device
-        )
+        on_device = device_rules.data_goes_to_device(data_bytes, device, cfg.data_on_device)
     if resume_from == "auto":  # this run folder's last checkpoint, if there is one
         own = os.path.join(output_dir, "checkpoints", "last.pt")
         resume_from = own if os.path.isfile(own) else None

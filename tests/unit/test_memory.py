@@ -38,6 +38,23 @@ def test_optimizer_state_is_sized_on_meta_copies(factory, copies):
     assert copies * 1000 * 32 * 4 <= state <= copies * 1000 * 32 * 4 + 64
 
 
+class MySGD(torch.optim.SGD):
+    """A user's optimizer: not one of torch's own, so sized by a step on meta copies."""
+
+
+def test_other_optimizers_are_sized_by_their_initial_state_or_a_step_on_meta_copies():
+    from hogwild.optim import RowwiseAdagrad
+
+    model = table(1000)
+    rowwise = memory.optimizer_state_bytes(
+        functools.partial(RowwiseAdagrad, lr=0.1), model.parameters()
+    )
+    assert rowwise == 1000 * 4 + 8  # one float per row, and the step counter
+    mine = functools.partial(MySGD, lr=0.1, momentum=0.9)
+    assert memory.state_copies(mine) is None
+    assert memory.optimizer_state_bytes(mine, model.parameters()) == 1000 * 32 * 4
+
+
 def test_sparse_tables_need_no_gradient_copy_but_dense_layers_do():
     terms = memory.needs(table(100_000), torch.optim.SGD, False, 2, 0)
     assert not any(t.words.startswith("gradients") for t in terms)
