@@ -1,11 +1,12 @@
 """One table for a Hydra sweep: `python scripts/sweep_table.py outputs/multirun/<date>_<time>`.
 
-Reads every job folder of the sweep (0/, 1/, ...: summary.json and .hydra/overrides.yaml),
-prints overrides, status, workers, samples/s, test accuracy and wall time per job, and writes
-sweep.json (the same rows) and sweep.png (samples/s vs num_workers, one line per combination
-of the other overrides) into the sweep folder. A job without summary.json (refused before it
-started, or still running) is listed as `missing`; one that an interrupted sweep never started left
-no folder, and only the sweep's own table (printed by the CLI) lists it, as `not run`.
+Reads every job folder of the sweep (0_<overrides>/, 1_<overrides>/, ...: summary.json and
+.hydra/overrides.yaml), prints overrides, status, workers, samples/s, test accuracy and wall
+time per job, and writes sweep.json (the same rows) and sweep.png (samples/s vs num_workers, one
+line per combination of the other overrides) into the sweep folder. A job without summary.json
+(refused before it started, or still running) is listed as `missing`; one that an interrupted
+sweep never started left no folder, and only the sweep's own table (printed by the CLI) lists
+it, as `not run`.
 
     python -m hogwild train -m trainer.num_workers=1,2 trainer.start_method=fork,forkserver \
         data=synthetic trainer.epochs=1
@@ -63,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = read_sweep(args.folder)
     if not rows:
-        print(f"sweep_table: no job folders (0/, 1/, ...) in {args.folder}", file=sys.stderr)
+        print(
+            f"sweep_table: no job folders (0_..., 1_..., or 0, 1, ...) in {args.folder}",
+            file=sys.stderr,
+        )
         return 2
     print_table(rows)
     (args.folder / "sweep.json").write_text(json.dumps(rows, indent=2))

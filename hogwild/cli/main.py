@@ -145,6 +145,10 @@ def _hydra_main(overrides: list[str], finished: list) -> int:
     resumed = resume.with_own_overrides(overrides)  # resume_from: the run's own config back
     if resumed is not None:
         overrides = resumed.overrides
+    if any(o in ("-m", "--multirun") for o in overrides):
+        from hogwild.cli.sweep import name_jobs
+
+        overrides = name_jobs(overrides)  # job folders named by what each job varies
     saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["hogwild train", *overrides]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing them
@@ -187,7 +191,7 @@ def _compose_and_run(overrides: list[str], ahead, finished: list, resumed=None) 
     import hydra
 
     from hogwild.cli import job as cli_job
-    from hogwild.cli.sweep import SweepRun
+    from hogwild.cli.sweep import SweepRun, register_job_folder
     from hogwild.process.signals import Interrupted
     from hogwild.reporting.timeline import Timeline
     from hogwild.run.context import RunSetup
@@ -197,6 +201,7 @@ def _compose_and_run(overrides: list[str], ahead, finished: list, resumed=None) 
     ours: list[BaseException] = []  # what our task raised, as opposed to Hydra's own code
     started_at, entered = _process_start_time(), time.time()
     register_defaults()
+    register_job_folder()
 
     @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")
     def task(cfg) -> None:

@@ -136,8 +136,16 @@ def command(folder: str, config_dir: str | None = None) -> str:
     Hydra's grammar reads only quoted (`=`, `,`, a space) is quoted for Hydra, then the shell."""
     extra = f"--config-dir {shlex.quote(config_dir)} " if config_dir else ""
     if re.search(r"[^A-Za-z0-9_./-]", folder):
-        folder = "'" + folder.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    where = shlex.quote(f"hydra.run.dir={folder}")
+        # Hydra's quoted strings: a backslash is doubled only before a quote (or the end)
+        escaped = re.sub(r"(\\+)(?='|$)", r"\1\1", folder).replace("'", "\\'")
+        folder = f"'{escaped}'"
+    where = f"hydra.run.dir={folder}"
+    # for the shell: in double quotes when nothing in it is special there (Hydra's own single
+    # quotes then read as they are typed), else shlex's quoting
+    if shlex.quote(where) != where and re.fullmatch(r"[^\"$`\\!]*", where):
+        where = f'"{where}"'
+    else:
+        where = shlex.quote(where)
     return f"python -m hogwild train {extra}{where} resume_from=auto"
 
 

@@ -4,7 +4,8 @@ a sweep folder afterwards. Reads each job folder's summary.json and .hydra/overr
 job the CLI saw refused is listed as `refused`, one without summary.json otherwise (still
 running, or killed) as `missing`, one that an interrupted sweep never started as `not run`
 (SweepRun, the CLI's side). Every job's config is checked before the first job starts
-(`check_every_job`).
+(`check_every_job`). Each job's folder is named by its number and what it varies
+(`job_folder`), which is how TensorBoard names it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import yaml
 
 from hogwild.process.signals import SIGNALS, SignalRelay
 from hogwild.reporting.text import plural, print_cells, shown_path
+from hogwild.run.folder import job_number
 
 FIELDS = (
     "status",
@@ -28,6 +30,10 @@ FIELDS = (
     "wall_seconds",
 )
 
+
+# `hydra.job.config.override_dirname.exclude_keys`: what the CLI sets under -m (`name_jobs`)
+EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"
+_LONGEST = 100  # characters of a folder name after the job's number
 
 NOT_RUN = "not run"  # a job an interrupted sweep never started
 REFUSED = "refused"  # a job refused before it started (exit 2: its one line was printed)
@@ -49,7 +55,7 @@ def read_job(
         else {"status": NOT_RUN if not_run else REFUSED if refused else "missing"}
     )
     return {
-        "job": job.name,
+        "job": job.name if job_number(job.name) is None else str(job_number(job.name)),
         "folder": str(job),
         "overrides": list(overrides or []),
         **{k: summary.get(k) for k in FIELDS},
@@ -58,9 +64,53 @@ def read_job(
 
 def read_sweep(folder: Path) -> list[dict]:
     jobs = sorted(
-        (p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
+        (p for p in folder.iterdir() if p.is_dir() and job_number(p.name) is not None),
+        key=lambda p: job_number(p.name),
     )
     return [read_job(job) for job in jobs]
+
+
+def job_folder(number: int, varying: str) -> str:
+    """A job's folder, `hydra.sweep.subdir` in configs/train.yaml: its number, then the overrides
+    it does not share with every other job (Hydra's `override_dirname`, less the keys that
+    `name_jobs` excludes), so that TensorBoard's run list says what each job tried:
+    `0_trainer.num_workers=1`, `1_trainer.num_workers=2`. Only the number when nothing varies;
+    a `/` in a value becomes `_`, and a long name is cut (the number keeps it unique)."""
+    varying = varying.replace("/", "_")[:_LONGEST]
+    return f"{number}_{varying}" if varying else str(number)
+
+
+def name_jobs(overrides: list[str]) -> list[str]:
+    """The CLI's overrides for a `-m` sweep, plus the keys that `job_folder` leaves out: those
+    set to one value for every job (`trainer.epochs=1` in `-m trainer.num_workers=1,2
+    trainer.epochs=1`). Unchanged when the user names the keys, or Hydra cannot read them (it
+    says why when it runs)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if any(o.split("=", 1)[0].lstrip("+~") == EXCLUDE_KEYS for o in overrides):
+        return overrides
+    try:
+        parsed = OverridesParser.create().parse_overrides(
+            [o for o in overrides if not o.startswith("-")]
+        )
+    except Exception:  # noqa: BLE001 - an override Hydra cannot read: Hydra says so
+        return overrides
+    fixed = sorted(
+        {
+            o.key_or_group
+            for o in parsed
+            if not o.is_sweep_override() and not o.key_or_group.startswith("hydra.")
+        }
+    )
+    return [*overrides, f"{EXCLUDE_KEYS}=[{','.join(fixed)}]"]
+
+
+def register_job_folder() -> None:
+    """`${hogwild_job_folder:...}` for configs/train.yaml's sweep subdir (the CLI's, before
+    Hydra composes; replaced if it is there already)."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("hogwild_job_folder", job_folder, replace=True)
 
 
 def varying(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -107,7 +157,7 @@ def print_table(rows: list[dict]) -> None:
         ]
         for r, mine in zip(rows, own)
     ]
-    print_cells(cells, left=3)
+    print_cells(cells, left=3, last_left=True)
 
 
 def check_every_job(overrides: list[str], config_dir: str) -> None:
@@ -137,16 +187,18 @@ def check_every_job(overrides: list[str], config_dir: str) -> None:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
-            first = compose(
-                "train", overrides=[o for o in jobs[0] if _composable(o)], return_hydra_config=True
-            )
-            if OmegaConf.select(first, "hydra.sweeper.params"):
-                return  # the config sweeps too: its jobs are Hydra's to expand; each is checked as it starts
             for number, job in enumerate(jobs):
                 mine = [o for o in job if not o.startswith("hydra.")]
                 try:
-                    cfg = compose("train", overrides=[o for o in job if _composable(o)])
+                    cfg = compose(
+                        "train",
+                        overrides=[o for o in job if _composable(o)],
+                        return_hydra_config=number == 0,
+                    )
+                    if number == 0 and OmegaConf.select(cfg, "hydra.sweeper.params"):
+                        return  # the config sweeps too: its jobs are Hydra's to expand; each is checked as it starts
                     raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+                    raw.pop("hydra", None)
                     build_run_config(raw, os.getcwd())
                 except InterpolationResolutionError:
                     continue

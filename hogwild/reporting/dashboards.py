@@ -14,6 +14,13 @@ folder. The metrics, written at the end, are one-point scalars under `summary/`,
 sorts after eval/ and perf/ in the Scalars view.
 TensorBoard prints every number in that table with 5 significant digits (2 -> "2.0000", 269190 ->
 "2.6919e+5"): integers are written as text and throughput in thousands.
+
+The Custom Scalars tab, one category per kind of task: each run lays out the tags it has written
+under its workload's kind ("classification", "regression", "reinforcement learning"), one chart
+per tag, the workers' tags drawn from their runs. TensorBoard merges the runs' layouts by
+category title, so a log folder that mixes tasks shows each task's charts apart, and no chart
+of a metric that task does not have (the Scalars tab shows every tag of every run). A chart
+draws its tag from every ticked run, of any task, that has it.
 """
 
 from __future__ import annotations
@@ -64,13 +71,15 @@ def column_name(i: int, key: str) -> str:
 
 
 class TensorBoardSink(NullSink):
-    def __init__(self, log_dir: str):
+    def __init__(self, log_dir: str, kind: str = "training"):
         from torch.utils.tensorboard import SummaryWriter  # imported only where it is used
 
         _quiet_writer_threads()
-        self.log_dir, self._writer_class = log_dir, SummaryWriter
+        self.log_dir, self._writer_class, self.kind = log_dir, SummaryWriter, kind
         self.writer = SummaryWriter(log_dir=log_dir)
         self.ranks: dict[int, Any] = {}  # rank -> its writer, opened at its first value
+        self.tags: dict[str, None] = {}  # every tag written (the workers' without their rank)
+        self._laid_out = 0  # how many of them the last Custom Scalars layout had
 
     def _rank_writer(self, rank: int):
         if rank not in self.ranks:
@@ -85,6 +94,10 @@ class TensorBoardSink(NullSink):
                 self._rank_writer(int(m["rank"])).add_scalar(m["tag"], value, step)
             else:
                 self.writer.add_scalar(tag, value, step)
+            self.tags[m["tag"] if m else tag] = None
+        if len(self.tags) > self._laid_out:  # a new tag: TensorBoard reads the last layout
+            self._laid_out = len(self.tags)
+            self.writer.file_writer.add_summary(layout(self.kind, self.tags), step)
 
     def hparams(self, hparams):
         """The run's HParams row, as it starts (its Status: Unknown until it ends): `hparams`
@@ -106,6 +119,15 @@ class TensorBoardSink(NullSink):
         for w in [self.writer, *self.ranks.values()]:
             w.flush()
             w.close()
+
+
+def layout(kind: str, tags) -> Any:
+    """The Custom Scalars layout of a run: one category, titled by its kind of task, with one
+    chart per tag (a regex matching that tag alone, in the run and its workers' runs)."""
+    from torch.utils.tensorboard.summary import custom_scalars
+
+    charts = {tag: ["Multiline", [f"^{re.escape(tag)}$"]] for tag in sorted(tags)}
+    return custom_scalars({kind: charts})
 
 
 def hparams_summaries(hparams: Mapping[str, Any]) -> list:

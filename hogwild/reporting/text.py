@@ -11,16 +11,15 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else many or word + 's'}"
 
 
-def print_cells(cells: list[list[str]], left: int) -> None:
+def print_cells(cells: list[list[str]], left: int, last_left: bool = False) -> None:
     """Rows of text cells in aligned columns, the first row a header underlined with dashes;
-    the first `left` columns are left-aligned (names), the rest right-aligned (figures)."""
+    the first `left` columns are left-aligned (names), the rest right-aligned (figures), but
+    the last one with `last_left` (a path)."""
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    lefts = {*range(left), *([len(widths) - 1] if last_left else [])}
     for i, row in enumerate(cells):
-        print(
-            "  ".join(
-                c.ljust(w) if j < left else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))
-            )
-        )
+        cols = enumerate(zip(row, widths))
+        print("  ".join((c.ljust(w) if j in lefts else c.rjust(w)) for j, (c, w) in cols).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
 

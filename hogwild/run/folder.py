@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import shutil
 import stat
 import sys
@@ -245,6 +246,13 @@ def _private_folder(path: str) -> None:
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise RunFolderError(f"{path} is not a folder of this user's; remove it")
+
+
+def job_number(name: str) -> int | None:
+    """The job number of a sweep's job folder (`0`, `3_trainer.num_workers=2`: its number, then
+    what it varies, hogwild.cli.sweep.job_folder), or None for any other name."""
+    m = re.match(r"(\d+)(?:_|$)", name)
+    return int(m[1]) if m else None
 
 
 def script_outputs() -> str:

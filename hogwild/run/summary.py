@@ -18,6 +18,7 @@ from hogwild.protocol import Control
 from hogwild.reporting import staleness
 from hogwild.reporting.sinks import ProgressWindow
 from hogwild.reporting.text import plural, shown_path
+from hogwild.run import folder
 from hogwild.run.context import RunContext
 from hogwild.run.state import RunState
 
@@ -225,7 +226,7 @@ def hparams(ctx: RunContext) -> dict[str, Any]:
         "optimizer": choices.get("optimizer")
         or getattr(getattr(factory, "func", factory), "__name__", "n/a").lower(),
     }
-    job = os.path.basename(ctx.output_dir)  # a sweep's job number
+    job = folder.job_number(os.path.basename(ctx.output_dir))  # a sweep's job, or None
     return {
         **names,
         "num_workers": cfg.num_workers,
@@ -237,7 +238,7 @@ def hparams(ctx: RunContext) -> dict[str, Any]:
         "lr": getattr(factory, "keywords", {}).get("lr", "n/a"),
         # the table's Trial ID, unique (runs with the same one would share a row) and short
         # enough to be read: which job of a sweep, when; the columns say what ran
-        "trial_id": (f"#{job} " if job.isdigit() else "")
+        "trial_id": ("" if job is None else f"#{job} ")
         + time.strftime("%m-%d %H:%M:%S", time.localtime(ctx.started_at)),
         "started_at": ctx.started_at,
     }

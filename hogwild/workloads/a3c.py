@@ -148,6 +148,7 @@ class A3CTask:
 class A3CWorkload:
     """Advantage actor-critic on the environments that `env_factory` makes (hogwild.workloads.envs)."""
 
+    kind = "reinforcement learning"
     unit = "env steps"
     shared_optimizer = True  # the default for A3C: one Adam state, one step counter (optim_state)
 

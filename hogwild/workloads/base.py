@@ -66,6 +66,7 @@ class Workload(Protocol):
     """The orchestrator half: kept by the orchestrator, which shares, evaluates and reports."""
 
     name: str  # what is trained on: the start line and the dashboards
+    kind: str  # what is learnt ("classification", ...): the dashboards' Custom Scalars category
     unit: str  # what the progress counts: "samples", "env steps"
     total_units: int  # in the whole run: the progress bar's end and the lr schedule's 100%
 

@@ -212,6 +212,7 @@ class SupervisedWorkload:
         self.regression = getattr(data, "task", "classification") == "regression"
         self.loss_fn = loss_fn or (F.mse_loss if self.regression else F.cross_entropy)
         self.name = data.name
+        self.kind = "regression" if self.regression else "classification"
         self.total_units = epochs * data.num_train
 
     def describe(self) -> str:

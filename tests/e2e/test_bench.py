@@ -93,7 +93,8 @@ def test_the_cli_ends_a_sweep_with_one_row_per_job(two_run_sweep):
     for job, row in enumerate(table[4:6]):
         cells = row.split()
         assert cells[:3] == [str(job), f"trainer.num_workers={job + 1}", "completed"], row
-        assert cells[-1].endswith(f"sweep/{job}") and cells[-3].endswith("%")
+        assert cells[-1].endswith(f"sweep/{job}_trainer.num_workers={job + 1}"), row
+        assert cells[-3].endswith("%")
 
 
 def test_sweep_table_summarises_a_real_two_run_sweep(two_run_sweep, tmp_path):
@@ -115,9 +116,9 @@ def test_sweep_table_summarises_a_real_two_run_sweep(two_run_sweep, tmp_path):
 
 
 def test_sweep_table_lists_a_job_without_summary_as_missing(tmp_path):
-    for job, overrides in (
+    for job, overrides in (  # a folder named by its job number only, as sweeps wrote them
         ("0", "- trainer.num_workers=1\n"),
-        ("1", "- trainer.num_workers=oops\n"),
+        ("1_trainer.num_workers=oops", "- trainer.num_workers=oops\n"),
     ):
         (tmp_path / job / ".hydra").mkdir(parents=True)
         (tmp_path / job / ".hydra" / "overrides.yaml").write_text(overrides)
@@ -138,6 +139,7 @@ def test_sweep_table_lists_a_job_without_summary_as_missing(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "sweep.json").read_text())
     assert [r["status"] for r in rows] == ["completed", "missing"]
+    assert [r["job"] for r in rows] == ["0", "1"]  # the job numbers, in order
     assert rows[1]["samples_per_second"] is None
     assert not (tmp_path / "sweep.png").exists()
 

@@ -26,6 +26,11 @@ SWEEP = [
 ]
 
 
+def job(sweep_dir, number: int):
+    """Job `number`'s folder: named by what it varies (hogwild.cli.sweep.job_folder)."""
+    return sweep_dir / f"{number}_+model.step_seconds={['0', '0.5', '0.51', '0.52'][number]}"
+
+
 def start_sweep(tmp_path):
     """The sweep in its own session, as a shell runs it: a signal to its process group is what
     the terminal's Ctrl-C is."""
@@ -64,15 +69,18 @@ def table_rows(out: str) -> dict[str, list[str]]:
 
 def test_ctrl_c_during_the_second_job_stops_the_sweep_with_its_table(tmp_path, no_leaks):
     proc, sweep_dir, tag = start_sweep(tmp_path)
-    # job 1 (folder 1/) is training once its TensorBoard folder exists: the run took its
-    # signals before it made it
-    out, err = interrupt_when(proc, lambda: (sweep_dir / "1" / "tensorboard").exists())
+    # job 1 is training once its TensorBoard folder exists: the run took its signals before
+    # it made it
+    out, err = interrupt_when(proc, lambda: (job(sweep_dir, 1) / "tensorboard").exists())
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in out + err
-    assert read_summary(sweep_dir / "0")["status"] == "completed"
-    assert read_summary(sweep_dir / "1")["status"] == "interrupted"
-    assert (sweep_dir / "1" / "checkpoints" / "last.pt").exists()
-    assert not (sweep_dir / "2").exists() and not (sweep_dir / "3").exists()
+    assert read_summary(job(sweep_dir, 0))["status"] == "completed"
+    assert read_summary(job(sweep_dir, 1))["status"] == "interrupted"
+    assert (job(sweep_dir, 1) / "checkpoints" / "last.pt").exists()
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == [
+        job(sweep_dir, 0).name,
+        job(sweep_dir, 1).name,
+    ]  # the jobs not run left no folder
     assert "sweep: 4 jobs, 2 not run (stopped by SIGINT)" in out, out
     rows = table_rows(out)
     assert [rows[j][2] for j in "0123"] == ["completed", "interrupted", "not run", "not run"]
@@ -84,7 +92,7 @@ def test_ctrl_c_during_the_second_job_stops_the_sweep_with_its_table(tmp_path, n
 def test_ctrl_c_before_the_first_job_started_writes_nothing(tmp_path, no_leaks):
     proc, sweep_dir, tag = start_sweep(tmp_path)
     # the first job's first line: it is validated, its torch is being imported
-    out, err = interrupt_when(proc, lambda: (sweep_dir / "0" / "train.log").exists())
+    out, err = interrupt_when(proc, lambda: (job(sweep_dir, 0) / "train.log").exists())
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in out + err
     if "nothing was written" in out:  # the usual case: torch was still being imported
@@ -92,7 +100,7 @@ def test_ctrl_c_before_the_first_job_started_writes_nothing(tmp_path, no_leaks):
         assert "\nsweep: " not in out
         assert not sweep_dir.exists()  # not even Hydra's multirun.yaml
     else:  # a loaded machine: its worker had started, an interrupted run with its records
-        assert read_summary(sweep_dir / "0")["status"] == "interrupted"
+        assert read_summary(job(sweep_dir, 0))["status"] == "interrupted"
         assert "sweep: 4 jobs, 3 not run (stopped by SIGINT)" in out
-        assert not any((sweep_dir / j).exists() for j in "123")
+        assert not any(job(sweep_dir, j).exists() for j in (1, 2, 3))
     assert_nothing_left(tag)

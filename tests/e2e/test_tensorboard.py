@@ -32,6 +32,11 @@ def post_json(url: str, body: dict):
         return json.loads(response.read())
 
 
+# the sweep's job folders, named by what each job varies: TensorBoard's names for its runs
+JOBS = ("0_trainer.num_workers=1", "1_trainer.num_workers=2")
+RUNS = {f"{job}/tensorboard" for job in JOBS}
+
+
 @pytest.fixture(scope="module")
 def board(two_run_sweep):
     """TensorBoard over the sweep folder, once it serves both runs: its base URL."""
@@ -49,7 +54,7 @@ def board(two_run_sweep):
         if process.poll() is not None:
             return True  # reported below
         try:
-            return {"0/tensorboard", "1/tensorboard"} <= set(get_json(f"{base}/data/runs"))
+            return RUNS <= set(get_json(f"{base}/data/runs"))
         except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
             return False
 
@@ -65,20 +70,28 @@ def board(two_run_sweep):
 
 def test_multirun_gives_one_run_folder_per_value(two_run_sweep):
     sweep = two_run_sweep
-    workers = sorted(read_summary(sweep / str(i))["num_workers"] for i in range(2))
-    assert workers == [1, 2]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == list(JOBS)
+    assert [read_summary(sweep / job)["num_workers"] for job in JOBS] == [1, 2]
 
 
 def test_tensorboard_serves_every_run_tag_and_one_run_per_worker(board):
     runs = set(get_json(f"{board}/data/runs"))
-    workers = {"0/tensorboard/w0", "1/tensorboard/w1"}
-    assert {"0/tensorboard", "1/tensorboard"} | workers <= runs, runs
+    workers = {f"{JOBS[0]}/tensorboard/w0", f"{JOBS[1]}/tensorboard/w1"}
+    assert RUNS | workers <= runs, runs
     tags = get_json(f"{board}/data/plugin/scalars/tags")
-    for run in ("0/tensorboard", "1/tensorboard"):
+    for run in RUNS:
         for tag in ("train/loss", "train/lr", "perf/samples_per_second", "eval/accuracy"):
             assert tag in tags[run], (run, sorted(tags[run]))
     for run in workers:  # the same tag in every worker's run: one chart, one line per worker
         assert "workers/loss" in tags[run], (run, sorted(tags[run]))
+
+
+def test_the_custom_scalars_tab_lays_out_the_runs_task_with_its_own_charts(board):
+    (category,) = get_json(f"{board}/data/plugin/custom_scalars/layout")["category"]
+    charts = [chart["title"] for chart in category["chart"]]
+    assert category["title"] == "classification", category["title"]
+    assert {"train/loss", "eval/accuracy", "workers/loss"} <= set(charts), charts
+    assert "eval/rmse" not in charts and charts == sorted(charts)
 
 
 def test_the_hparams_tab_has_what_ran_as_columns_and_the_final_figures(board):

@@ -3,6 +3,8 @@ and an HParams row whose columns are the same in every run."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hogwild.reporting.dashboards import COLUMNS, METRICS, TensorBoardSink, hparams_summaries
@@ -129,3 +131,43 @@ def test_an_interrupted_run_stays_open_until_its_resumed_run_completes_it(tmp_pa
     start = metadata.parse_session_start_info_plugin_data(tags[metadata.SESSION_START_INFO_TAG])
     end = metadata.parse_session_end_info_plugin_data(tags[metadata.SESSION_END_INFO_TAG])
     assert start.group_name == "first" and end.status == api_pb2.STATUS_SUCCESS
+
+
+def test_custom_scalars_lay_out_each_kind_of_task_apart_with_only_its_own_charts(tmp_path):
+    """Two runs of different tasks in one log folder, merged as TensorBoard's Custom Scalars
+    tab merges them: a category per task, no chart of a metric the task does not have."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.custom_scalar.custom_scalars_plugin import CustomScalarsPlugin
+
+    runs = {
+        "digits": ("classification", {"train/loss": 1.0, "eval/accuracy": 0.9}),
+        "ratings": ("regression", {"train/loss": 1.0, "eval/rmse": 0.5}),
+    }
+    for name, (kind, values) in runs.items():
+        sink = TensorBoardSink(str(tmp_path / name / "tensorboard"), kind)
+        sink.scalars({**values, "workers/loss/rank_00": 2.0}, 64)
+        sink.scalars({"perf/samples_per_second": 10.0}, 128)  # a new tag: laid out again
+        sink.close()
+    board = EventMultiplexer()
+    board.AddRunsFromDirectory(str(tmp_path))
+    board.Reload()
+    provider = data_provider.MultiplexerDataProvider(board, str(tmp_path))
+    plugin = CustomScalarsPlugin(
+        base_plugin.TBContext(data_provider=provider, multiplexer=board, logdir=str(tmp_path))
+    )
+    merged = json.loads(plugin.layout_impl(context.RequestContext(), ""))
+    charts = {c["title"]: [chart["title"] for chart in c["chart"]] for c in merged["category"]}
+    assert charts == {
+        "classification": [
+            "eval/accuracy",
+            "perf/samples_per_second",
+            "train/loss",
+            "workers/loss",
+        ],
+        "regression": ["eval/rmse", "perf/samples_per_second", "train/loss", "workers/loss"],
+    }
+    (chart,) = [c for c in merged["category"][0]["chart"] if c["title"] == "workers/loss"]
+    assert chart["multiline"]["tag"] == ["^workers/loss$"]  # drawn from the workers' runs

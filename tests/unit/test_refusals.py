@@ -218,6 +218,8 @@ def test_a_refused_run_leaves_no_folder_it_made(tmp_path, monkeypatch, overrides
     [
         (["trainer.num_workers=2,-1"], ["sweep job #1 (", "trainer.num_workers=-1 trainer.epochs=1)", "integer >= 1"]),
         (["data=digits,nope"], ["sweep job #1 (", "data=nope trainer.epochs=1)", "data=nope is not an option"]),
+        # a key no job has: the first job's line (it was a traceback)
+        (["trainer.num_workers=1,2", "data.num_train=3"], ["sweep job #0 (", "data.num_train is not a config key"]),
     ],
 )  # fmt: skip
 def test_a_sweep_checks_every_job_before_the_first_starts(tmp_path, sweep, fragments):

@@ -89,7 +89,20 @@ def test_changes_name_every_value_that_differs_from_the_runs_config(tmp_path):
     assert resume.changes(tmp_path, now) == ["optimizer.lr (none) -> 0.1", "trainer.epochs 2 -> 4"]
 
 
-@pytest.mark.parametrize("folder", ["runs/a", "runs/my run", "q/lr=0.1", "runs/a,b", "é's"])
+@pytest.mark.parametrize(
+    "folder",
+    [
+        "runs/a",
+        "runs/my run",
+        "q/lr=0.1",
+        "runs/a,b",
+        "é's",
+        "m/0_a=1,b=$x",
+        'a"b\\c',
+        "x\\'y",
+        "z\\",
+    ],
+)
 def test_the_command_is_quoted_for_hydra_and_the_shell(folder):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -98,6 +111,12 @@ def test_the_command_is_quoted_for_hydra_and_the_shell(folder):
     (parsed,) = OverridesParser.create().parse_overrides([words[4]])
     assert parsed.key_or_group == "hydra.run.dir" and parsed.value() == folder
     assert resume.continued_folder(words[4:6]) == Path(folder)  # read back as Hydra reads it
+
+
+def test_a_sweep_jobs_command_reads_as_typed():
+    assert resume.command("m/0_trainer.num_workers=1") == (
+        "python -m hogwild train \"hydra.run.dir='m/0_trainer.num_workers=1'\" resume_from=auto"
+    )
 
 
 def test_the_command_gives_the_config_dir_again():

@@ -154,3 +154,69 @@ def test_a_sweep_job_refused_when_it_started_is_listed_as_refused(tmp_path, caps
         ("1", "a=1", "refused"),
     ]
     assert sweep.exit_code() == 2
+
+
+@pytest.mark.parametrize(
+    "number, varying, folder",
+    [
+        (0, "trainer.num_workers=1", "0_trainer.num_workers=1"),
+        (3, "optimizer.lr=0.1,trainer.num_workers=2", "3_optimizer.lr=0.1,trainer.num_workers=2"),
+        (1, "", "1"),  # nothing varies: the number alone
+        (2, "data.path=/srv/a", "2_data.path=_srv_a"),  # one folder, not three
+        (12, "x=" + "9" * 300, "12_x=" + "9" * 98),  # cut: a folder name has 255 bytes at most
+    ],
+)
+def test_a_sweep_job_folder_is_its_number_then_what_it_varies(number, varying, folder):
+    from hogwild.cli.sweep import job_folder
+    from hogwild.run.folder import job_number
+
+    assert job_folder(number, varying) == folder
+    assert job_number(folder) == number
+
+
+def test_only_folders_that_start_with_a_job_number_are_jobs():
+    from hogwild.run.folder import job_number
+
+    assert [job_number(n) for n in ("7", "7_a=1", "a_7", "7a", ".hydra", "sweep.json")] == [
+        7, 7, None, None, None, None
+    ]  # fmt: skip
+
+
+def test_a_sweep_names_its_jobs_by_the_keys_it_sweeps():
+    from hogwild.cli.sweep import EXCLUDE_KEYS, name_jobs
+
+    given = [
+        "-m",
+        "trainer.num_workers=1,2",
+        "trainer.epochs=1",
+        "+model.x=range(2)",
+        "hydra.sweep.dir=s",
+    ]
+    assert name_jobs(given) == [*given, f"{EXCLUDE_KEYS}=[trainer.epochs]"]
+    assert name_jobs(["-m", "a=1,2"]) == ["-m", "a=1,2", f"{EXCLUDE_KEYS}=[]"]
+    mine = ["-m", "a=1,2", f"{EXCLUDE_KEYS}=[a]"]  # the user's own choice stays
+    assert name_jobs(mine) == mine
+
+
+def test_a_sweep_job_folder_is_what_hydra_resolves_for_the_subdir(tmp_path):
+    """configs/train.yaml's subdir, resolved as Hydra's launcher does for job 1 of
+    `-m trainer.num_workers=1,2 trainer.epochs=1`."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from hogwild.cli.main import config_dir, register_defaults
+    from hogwild.cli.sweep import name_jobs, register_job_folder
+
+    register_defaults()
+    register_job_folder()
+    *_, exclude = name_jobs(["-m", "trainer.num_workers=1,2", "trainer.epochs=1"])
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+            job = ["trainer.num_workers=2", "trainer.epochs=1", exclude]  # job 1's overrides
+            cfg = compose("train", overrides=job, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+    cfg.hydra.job.num = 1  # what Hydra's launcher sets per job
+    assert OmegaConf.select(cfg, "hydra.sweep.subdir") == "1_trainer.num_workers=2"
