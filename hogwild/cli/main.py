@@ -20,6 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+# when this module was imported, the first thing `hogwild` and `python -m hogwild` do: the
+# start-up's clock when the process is older than this interpreter (interpreter_start)
+LOADED_AT = time.time()
+EXEC_SECONDS = 5.0
+
 USAGE = """usage: hogwild <command> [options]
 
 commands:
@@ -294,14 +299,23 @@ def _refusal(e: Exception, ours: list[BaseException], overrides: list[str]) -> s
 
 
 def _process_start_time() -> float:
-    """When this process started (time.time()), to 10 ms: its start in clock ticks since boot
-    (/proc/self/stat) against the seconds since boot (/proc/uptime). psutil's create_time
-    counts from a boot time rounded to the second: up to a second off."""
+    """When this interpreter started (time.time()), to 10 ms: the process's start in clock
+    ticks since boot (/proc/self/stat) against the seconds since boot (/proc/uptime). psutil's
+    create_time counts from a boot time rounded to the second: up to a second off."""
     try:
         with open("/proc/self/stat") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])
         with open("/proc/uptime") as f:
             uptime = float(f.read().split()[0])
-        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+        started = time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):  # not Linux: wall time is then measured from here
         return time.time()
+    return interpreter_start(started, LOADED_AT)
+
+
+def interpreter_start(process_start: float, loaded_at: float) -> float:
+    """A process keeps its start time across exec: a shell that ran other commands before it
+    exec'd python (`bash -c 'make data; python -m hogwild train'`, a subshell's last command)
+    would add their time to the run's start-up. Python reaches this module within about a
+    second of its exec; much later than that, this module's import is the start."""
+    return process_start if loaded_at - process_start < EXEC_SECONDS else loaded_at

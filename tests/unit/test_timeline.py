@@ -44,3 +44,11 @@ def test_a_run_that_never_stepped_has_no_training_and_each_job_starts_afresh():
     assert "training" not in out and out["checks"] == 0.2 and out["other"] == pytest.approx(0.8)
     assert out["fixed_total"] == 1.0 and out["during_training"] == {}
     assert "checks" not in Timeline(time.time()).breakdown(0.0, None, None)  # a sweep's next job
+
+
+def test_start_up_counts_from_the_interpreter_not_from_a_shell_that_exec_d_it():
+    from hogwild.cli.main import interpreter_start
+
+    assert interpreter_start(100.0, 100.4) == 100.0  # python's own start: the process's
+    # `bash -c 'sleep 120; python -m hogwild train'`: the process began with the shell
+    assert interpreter_start(100.0, 220.0) == 220.0
