@@ -20,10 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-# when this module was imported, the first thing `hogwild` and `python -m hogwild` do: the
-# start-up's clock when the process is older than this interpreter (interpreter_start)
-LOADED_AT = time.time()
-EXEC_SECONDS = 5.0
+EXEC_SECONDS = 5.0  # an interpreter reaches main() within this of its exec (interpreter_start)
 
 USAGE = """usage: hogwild <command> [options]
 
@@ -90,6 +87,7 @@ def _stopped_early(signum: int, frame) -> None:
 
 
 def main(argv: list[str] | None = None, finished: list | None = None) -> int:
+    started_at = _process_start_time(reached=time.time())  # the run's fixed costs start here
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
@@ -99,7 +97,7 @@ def main(argv: list[str] | None = None, finished: list | None = None) -> int:
         return 2
     command, rest = argv[0], argv[1:]
     if command == "train":
-        return train(rest, [] if finished is None else finished)
+        return train(rest, [] if finished is None else finished, started_at)
     if command == "doctor":
         from hogwild.cli import doctor
 
@@ -130,12 +128,12 @@ def register_defaults() -> None:
         store.store(group=group, name="_defaults", node=dataclasses.asdict(cls()))
 
 
-def train(overrides: list[str], finished: list) -> int:
+def train(overrides: list[str], finished: list, started_at: float | None = None) -> int:
     from hogwild.process import signals
 
     previous = signals.install()  # Ctrl-C, SIGTERM, SIGHUP: one line, no traceback, from here on
     try:
-        return _hydra_main(overrides, finished)
+        return _hydra_main(overrides, finished, started_at or time.time())
     except signals.Interrupted as e:  # before a run's workers started (docs/fault-tolerance.md)
         print(f"hogwild: interrupted by {e} before the run started; nothing was written")
         return e.exit_code
@@ -143,17 +141,13 @@ def train(overrides: list[str], finished: list) -> int:
         signals.restore(previous)
 
 
-def _hydra_main(overrides: list[str], finished: list) -> int:
+def _hydra_main(overrides: list[str], finished: list, started_at: float) -> int:
     from hogwild.cli import resume
     from hogwild.process.forkserver import ServerAhead
 
     resumed = resume.with_own_overrides(overrides)  # resume_from: the run's own config back
     if resumed is not None:
         overrides = resumed.overrides
-    if any(o in ("-m", "--multirun") for o in overrides):
-        from hogwild.cli.sweep import name_jobs
-
-        overrides = name_jobs(overrides)  # job folders named by what each job varies
     saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["hogwild train", *overrides]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing them
@@ -165,7 +159,7 @@ def _hydra_main(overrides: list[str], finished: list) -> int:
             ahead = ServerAhead.start()
         if "--help" in overrides or "-h" in overrides:
             return _help(overrides, ahead, finished)
-        return _compose_and_run(overrides, ahead, finished, resumed)
+        return _compose_and_run(overrides, ahead, finished, started_at, resumed)
     finally:
         ahead.stop_unless_kept()  # no config kept it: a refused or interrupted run
         sys.argv = saved_argv
@@ -185,18 +179,20 @@ def _help(overrides: list[str], ahead, finished: list) -> int:
     text, code = io.StringIO(), 0
     try:
         with contextlib.redirect_stdout(text):
-            code = _compose_and_run(overrides, ahead, finished)
+            code = _compose_and_run(overrides, ahead, finished, time.time())
     except SystemExit as e:  # Hydra ends its help with sys.exit(0)
         code = e.code if isinstance(e.code, int) else 0
     print(re.sub(r"(?m)(: )_defaults(, |$)", r"\1", text.getvalue()), end="")
     return code
 
 
-def _compose_and_run(overrides: list[str], ahead, finished: list, resumed=None) -> int:
+def _compose_and_run(
+    overrides: list[str], ahead, finished: list, started_at: float, resumed=None
+) -> int:
     import hydra
 
     from hogwild.cli import job as cli_job
-    from hogwild.cli.sweep import SweepRun, register_job_folder
+    from hogwild.cli.sweep import SweepRun, fixed_keys, register_job_folder
     from hogwild.process.signals import Interrupted
     from hogwild.reporting.timeline import Timeline
     from hogwild.run.context import RunSetup
@@ -204,9 +200,9 @@ def _compose_and_run(overrides: list[str], ahead, finished: list, resumed=None) 
     exit_codes: list[int] = []
     sweep = SweepRun()  # under -m: the jobs, and the stop after a signal (hogwild.cli.sweep)
     ours: list[BaseException] = []  # what our task raised, as opposed to Hydra's own code
-    started_at, entered = _process_start_time(), time.time()
+    entered = time.time()
     register_defaults()
-    register_job_folder()
+    register_job_folder(fixed_keys(overrides))  # a sweep's job folders: what each job varies
 
     @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")
     def task(cfg) -> None:
@@ -298,10 +294,11 @@ def _refusal(e: Exception, ours: list[BaseException], overrides: list[str]) -> s
     return hydra_errors.describe(e, overrides, config_dir())
 
 
-def _process_start_time() -> float:
+def _process_start_time(reached: float) -> float:
     """When this interpreter started (time.time()), to 10 ms: the process's start in clock
     ticks since boot (/proc/self/stat) against the seconds since boot (/proc/uptime). psutil's
-    create_time counts from a boot time rounded to the second: up to a second off."""
+    create_time counts from a boot time rounded to the second: up to a second off. `reached`:
+    when the CLI's main() began."""
     try:
         with open("/proc/self/stat") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])
@@ -309,13 +306,13 @@ def _process_start_time() -> float:
             uptime = float(f.read().split()[0])
         started = time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):  # not Linux: wall time is then measured from here
-        return time.time()
-    return interpreter_start(started, LOADED_AT)
+        return reached
+    return interpreter_start(started, reached)
 
 
 def interpreter_start(process_start: float, loaded_at: float) -> float:
     """A process keeps its start time across exec: a shell that ran other commands before it
     exec'd python (`bash -c 'make data; python -m hogwild train'`, a subshell's last command)
     would add their time to the run's start-up. Python reaches this module within about a
-    second of its exec; much later than that, this module's import is the start."""
+    second of its exec; much later than that, the CLI's main() is the start."""
     return process_start if loaded_at - process_start < EXEC_SECONDS else loaded_at

@@ -36,10 +36,14 @@ def _value(overrides: list[str], key: str) -> str | None:
     values = [o.split("=", 1)[1] for o in overrides if "=" in o and _key(o) == key]
     if not values:
         return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     value = values[-1]
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-        value = value[1:-1].replace(f"\\{value[0]}", value[0]).replace("\\\\", "\\")
-    return value
+    try:  # Hydra's own reading: quotes and their escapes undone exactly as it undoes them
+        parsed = OverridesParser.create().parse_override(f"{key}={value}").value()
+        return parsed if isinstance(parsed, str) else value
+    except Exception:  # noqa: BLE001 - not Hydra's grammar: composing will say so
+        return value
 
 
 def continued_folder(overrides: list[str]) -> Path | None:

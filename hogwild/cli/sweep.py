@@ -31,9 +31,7 @@ FIELDS = (
 )
 
 
-# `hydra.job.config.override_dirname.exclude_keys`: what the CLI sets under -m (`name_jobs`)
-EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"
-_LONGEST = 100  # characters of a folder name after the job's number
+_LONGEST_BYTES = 100  # of a job folder's name after its number (a name has 255 at most)
 
 NOT_RUN = "not run"  # a job an interrupted sweep never started
 REFUSED = "refused"  # a job refused before it started (exit 2: its one line was printed)
@@ -70,47 +68,66 @@ def read_sweep(folder: Path) -> list[dict]:
     return [read_job(job) for job in jobs]
 
 
-def job_folder(number: int, varying: str) -> str:
-    """A job's folder, `hydra.sweep.subdir` in configs/train.yaml: its number, then the overrides
-    it does not share with every other job (Hydra's `override_dirname`, less the keys that
-    `name_jobs` excludes), so that TensorBoard's run list says what each job tried:
+def job_folder(number: int, overrides, exclude_keys, fixed: tuple[str, ...] = ()) -> str:
+    """A job's folder, `hydra.sweep.subdir` in configs/train.yaml: its number, then its overrides
+    less those every job shares (`fixed`, the keys the command line sets to one value for all
+    jobs: `fixed_keys`) and the keys the config excludes from Hydra's `override_dirname`, sorted
+    and joined as Hydra joins them, so that TensorBoard's run list says what each job tried:
     `0_trainer.num_workers=1`, `1_trainer.num_workers=2`. Only the number when nothing varies;
     a `/` in a value becomes `_`, and a long name is cut (the number keeps it unique)."""
-    varying = varying.replace("/", "_")[:_LONGEST]
-    return f"{number}_{varying}" if varying else str(number)
+    skip = {*fixed, *(exclude_keys or ())}
+    varying = ",".join(sorted(o for o in overrides or () if _key(o) not in skip))
+    cut = varying.replace("/", "_").encode()[:_LONGEST_BYTES].decode(errors="ignore")
+    return f"{number}_{cut}" if cut else str(number)
 
 
-def name_jobs(overrides: list[str]) -> list[str]:
-    """The CLI's overrides for a `-m` sweep, plus the keys that `job_folder` leaves out: those
-    set to one value for every job (`trainer.epochs=1` in `-m trainer.num_workers=1,2
-    trainer.epochs=1`). Unchanged when the user names the keys, or Hydra cannot read them (it
-    says why when it runs)."""
+def _key(override: str) -> str:
+    """An override's key or group, as Hydra's exclude_keys name it: `+model.x=1` -> `model.x`,
+    `model@pkg=mlp` -> `model`."""
+    return override.split("=", 1)[0].lstrip("+~").split("@", 1)[0]
+
+
+def fixed_keys(argv: list[str]) -> tuple[str, ...]:
+    """The keys the command line sets to one value for every job of a sweep (`trainer.epochs`
+    in `-m trainer.num_workers=1,2 trainer.epochs=1`): none of their overrides is a sweep.
+    Read as Hydra reads the command line (`--config-dir X` and other options aside); () when
+    Hydra cannot read it (it says why when it runs)."""
+    import contextlib
+    import io
+
+    from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    if any(o.split("=", 1)[0].lstrip("+~") == EXCLUDE_KEYS for o in overrides):
-        return overrides
     try:
-        parsed = OverridesParser.create().parse_overrides(
-            [o for o in overrides if not o.startswith("-")]
-        )
-    except Exception:  # noqa: BLE001 - an override Hydra cannot read: Hydra says so
-        return overrides
-    fixed = sorted(
-        {
-            o.key_or_group
-            for o in parsed
-            if not o.is_sweep_override() and not o.key_or_group.startswith("hydra.")
-        }
-    )
-    return [*overrides, f"{EXCLUDE_KEYS}=[{','.join(fixed)}]"]
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's own complaint: Hydra's to make
+            given = get_args_parser().parse_intermixed_args(argv).overrides
+        parsed = OverridesParser.create().parse_overrides(given)
+    except (Exception, SystemExit):  # noqa: BLE001 - Hydra says what is wrong when it runs
+        return ()
+    swept = {o.key_or_group for o in parsed if o.is_sweep_override()}
+    return tuple(sorted({o.key_or_group for o in parsed} - swept))
 
 
-def register_job_folder() -> None:
-    """`${hogwild_job_folder:...}` for configs/train.yaml's sweep subdir (the CLI's, before
-    Hydra composes; replaced if it is there already)."""
+def register_job_folder(fixed: tuple[str, ...] = ()) -> None:
+    """`${hogwild_job_folder:...}` for configs/train.yaml's sweep subdir, knowing the keys this
+    sweep's jobs share (`fixed_keys`): registered by the CLI before Hydra composes (replacing
+    the one registered for an earlier command in this process)."""
+    import functools
+
     from omegaconf import OmegaConf
 
-    OmegaConf.register_new_resolver("hogwild_job_folder", job_folder, replace=True)
+    folder = functools.partial(_resolved_job_folder, fixed=fixed)
+    OmegaConf.register_new_resolver("hogwild_job_folder", folder, replace=True)
+
+
+def _resolved_job_folder(number, overrides, exclude_keys, fixed: tuple[str, ...]) -> str:
+    """job_folder, given what the resolver receives (OmegaConf lists)."""
+    from omegaconf import OmegaConf
+
+    def plain(value) -> list[str]:
+        return list(OmegaConf.to_container(value) if OmegaConf.is_list(value) else value or [])
+
+    return job_folder(int(number), plain(overrides), plain(exclude_keys), fixed)
 
 
 def varying(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -190,15 +207,13 @@ def check_every_job(overrides: list[str], config_dir: str) -> None:
             for number, job in enumerate(jobs):
                 mine = [o for o in job if not o.startswith("hydra.")]
                 try:
-                    cfg = compose(
-                        "train",
-                        overrides=[o for o in job if _composable(o)],
-                        return_hydra_config=number == 0,
-                    )
-                    if number == 0 and OmegaConf.select(cfg, "hydra.sweeper.params"):
-                        return  # the config sweeps too: its jobs are Hydra's to expand; each is checked as it starts
+                    composable = [o for o in job if _composable(o)]
+                    if number == 0:
+                        first = compose("train", composable, return_hydra_config=True)
+                        if OmegaConf.select(first, "hydra.sweeper.params"):
+                            return  # the config sweeps too: its jobs are Hydra's to expand; each is checked as it starts
+                    cfg = compose("train", overrides=composable)
                     raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-                    raw.pop("hydra", None)
                     build_run_config(raw, os.getcwd())
                 except InterpolationResolutionError:
                     continue

@@ -337,7 +337,10 @@ def dashboards(ctx: RunContext, initial: int) -> Sinks:
         ctx.setup.claim.check()
     os.makedirs(ctx.output_dir, exist_ok=True)
     sinks = Sinks(
-        TensorBoardSink(os.path.join(ctx.output_dir, "tensorboard"), ctx.workload.kind),
+        # the Custom Scalars category: "classification", ... (a workload may not say)
+        TensorBoardSink(
+            os.path.join(ctx.output_dir, "tensorboard"), getattr(ctx.workload, "kind", "training")
+        ),
         ProgressBar(ctx.workload.total_units, initial, unit=ctx.workload.unit),
     )
     sinks.hparams(summary.hparams(ctx))  # a row in the HParams tab from the start

@@ -17,11 +17,13 @@ framework's and does not change with the workload. Supervised training on in-mem
 (hogwild.workloads.a3c) the second.
 
 The three seams are `typing.runtime_checkable` Protocols: `isinstance(obj, Workload)` tells a
-workload from a data set (it checks that every member is there, not their signatures). Two
+workload from a data set (it checks that every member is there, not their signatures). Three
 members are optional, so they are not in the Protocol: `shared_optimizer = True` makes one
-shared optimizer state a workload's default (hogwild.optim.shared_state), as A3C does; and
+shared optimizer state a workload's default (hogwild.optim.shared_state), as A3C does;
 `finished(progress) -> bool`, whether a checkpoint's progress table leaves nothing to do (a
-workload without it is never judged finished on resume), as the supervised workload has.
+workload without it is never judged finished on resume), as the supervised workload has; and
+`kind`, what is learnt ("classification", "regression", "reinforcement learning"), the
+dashboards' Custom Scalars category ("training" without it).
 `NullEvaluator` is the evaluator of nodes that do not evaluate (torchrun's ranks but 0).
 """
 
@@ -66,7 +68,6 @@ class Workload(Protocol):
     """The orchestrator half: kept by the orchestrator, which shares, evaluates and reports."""
 
     name: str  # what is trained on: the start line and the dashboards
-    kind: str  # what is learnt ("classification", ...): the dashboards' Custom Scalars category
     unit: str  # what the progress counts: "samples", "env steps"
     total_units: int  # in the whole run: the progress bar's end and the lr schedule's 100%
 

@@ -220,6 +220,7 @@ def test_a_refused_run_leaves_no_folder_it_made(tmp_path, monkeypatch, overrides
         (["data=digits,nope"], ["sweep job #1 (", "data=nope trainer.epochs=1)", "data=nope is not an option"]),
         # a key no job has: the first job's line (it was a traceback)
         (["trainer.num_workers=1,2", "data.num_train=3"], ["sweep job #0 (", "data.num_train is not a config key"]),
+        (["trainer.start_method=bogus,fork"], ["sweep job #0 (", "trainer.start_method='bogus' is not valid"]),
     ],
 )  # fmt: skip
 def test_a_sweep_checks_every_job_before_the_first_starts(tmp_path, sweep, fragments):

@@ -157,20 +157,31 @@ def test_a_sweep_job_refused_when_it_started_is_listed_as_refused(tmp_path, caps
 
 
 @pytest.mark.parametrize(
-    "number, varying, folder",
+    "number, overrides, folder",
     [
-        (0, "trainer.num_workers=1", "0_trainer.num_workers=1"),
-        (3, "optimizer.lr=0.1,trainer.num_workers=2", "3_optimizer.lr=0.1,trainer.num_workers=2"),
-        (1, "", "1"),  # nothing varies: the number alone
-        (2, "data.path=/srv/a", "2_data.path=_srv_a"),  # one folder, not three
-        (12, "x=" + "9" * 300, "12_x=" + "9" * 98),  # cut: a folder name has 255 bytes at most
+        (0, ["trainer.num_workers=1", "trainer.epochs=1"], "0_trainer.num_workers=1"),
+        (
+            3,
+            ["trainer.num_workers=2", "optimizer.lr=0.1"],
+            "3_optimizer.lr=0.1,trainer.num_workers=2",
+        ),
+        (1, ["trainer.epochs=1"], "1"),  # nothing varies: the number alone
+        (2, ["data.path=/srv/a"], "2_data.path=_srv_a"),  # one folder, not three
+        (
+            4,
+            ["+model.x=1", "~model.y", "model@m=mlp", "trainer.seed=3"],
+            "4_+model.x=1,model@m=mlp",
+        ),
+        (12, ["x=" + "9" * 300], "12_x=" + "9" * 98),  # cut: a folder name has 255 bytes at most
+        (5, ["x=" + "数" * 60], "5_x=" + "数" * 32),  # cut by bytes, on a character
     ],
 )
-def test_a_sweep_job_folder_is_its_number_then_what_it_varies(number, varying, folder):
+def test_a_sweep_job_folder_is_its_number_then_what_it_varies(number, overrides, folder):
     from hogwild.cli.sweep import job_folder
     from hogwild.run.folder import job_number
 
-    assert job_folder(number, varying) == folder
+    # trainer.epochs: the same in every job; model.y, trainer.seed: the config's exclude_keys
+    assert job_folder(number, overrides, ["model.y", "trainer.seed"], ("trainer.epochs",)) == folder
     assert job_number(folder) == number
 
 
@@ -182,20 +193,20 @@ def test_only_folders_that_start_with_a_job_number_are_jobs():
     ]  # fmt: skip
 
 
-def test_a_sweep_names_its_jobs_by_the_keys_it_sweeps():
-    from hogwild.cli.sweep import EXCLUDE_KEYS, name_jobs
+@pytest.mark.parametrize(
+    "argv, fixed",
+    [
+        (["-m", "trainer.num_workers=1,2", "trainer.epochs=1", "+model.x=range(2)"], ("trainer.epochs",)),
+        (["--config-dir", "/my/configs", "-m", "a=1,2", "b=3"], ("b",)),  # the option's value is no override
+        (["-m", "a=1", "a=1,2"], ()),  # swept once: it varies
+        (["-m", "a=1,2", "hydra.sweep.dir=s"], ("hydra.sweep.dir",)),
+        (["-m", "a=[1,"], ()),  # Hydra cannot read it: it says so when it runs
+    ],
+)  # fmt: skip
+def test_a_sweep_names_its_jobs_by_the_keys_it_sweeps(argv, fixed):
+    from hogwild.cli.sweep import fixed_keys
 
-    given = [
-        "-m",
-        "trainer.num_workers=1,2",
-        "trainer.epochs=1",
-        "+model.x=range(2)",
-        "hydra.sweep.dir=s",
-    ]
-    assert name_jobs(given) == [*given, f"{EXCLUDE_KEYS}=[trainer.epochs]"]
-    assert name_jobs(["-m", "a=1,2"]) == ["-m", "a=1,2", f"{EXCLUDE_KEYS}=[]"]
-    mine = ["-m", "a=1,2", f"{EXCLUDE_KEYS}=[a]"]  # the user's own choice stays
-    assert name_jobs(mine) == mine
+    assert fixed_keys(argv) == fixed
 
 
 def test_a_sweep_job_folder_is_what_hydra_resolves_for_the_subdir(tmp_path):
@@ -206,17 +217,17 @@ def test_a_sweep_job_folder_is_what_hydra_resolves_for_the_subdir(tmp_path):
     from omegaconf import OmegaConf
 
     from hogwild.cli.main import config_dir, register_defaults
-    from hogwild.cli.sweep import name_jobs, register_job_folder
+    from hogwild.cli.sweep import fixed_keys, register_job_folder
 
     register_defaults()
-    register_job_folder()
-    *_, exclude = name_jobs(["-m", "trainer.num_workers=1,2", "trainer.epochs=1"])
+    register_job_folder(fixed_keys(["-m", "trainer.num_workers=1,2", "trainer.epochs=1"]))
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-            job = ["trainer.num_workers=2", "trainer.epochs=1", exclude]  # job 1's overrides
+            job = ["trainer.num_workers=2", "trainer.epochs=1"]  # job 1's overrides
             cfg = compose("train", overrides=job, return_hydra_config=True)
+        cfg.hydra.job.num = 1  # what Hydra's launcher sets per job
+        assert OmegaConf.select(cfg, "hydra.sweep.subdir") == "1_trainer.num_workers=2"
     finally:
         GlobalHydra.instance().clear()
-    cfg.hydra.job.num = 1  # what Hydra's launcher sets per job
-    assert OmegaConf.select(cfg, "hydra.sweep.subdir") == "1_trainer.num_workers=2"
+        register_job_folder()
