@@ -129,6 +129,13 @@ def _parser() -> argparse.ArgumentParser:
         choices=("rowwise_adagrad", "adagrad", "sgd"),
         help="the optimizer, for both (default: the experiment's, rowwise_adagrad)",
     )
+    scale.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="framework and plain runs per size, alternating; samples/s is each side's median "
+        "(default: 1; a single pair's ratio moves by +-15%% on a busy machine)",
+    )
     return p
 
 
@@ -143,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
                 table_users(size)
             except argparse.ArgumentTypeError as e:
                 p.error(str(e))
-        return scale_main(args.sizes, args.ratings, workers, args.optimizer, out, not args.no_plot)
+        if args.pairs < 1:
+            p.error(f"--pairs={args.pairs}: must be an integer >= 1")
+        return scale_main(
+            args.sizes, args.ratings, workers, args.optimizer, out, not args.no_plot, args.pairs
+        )
 
     # Before any torch work here: with fork, workers inherit this process's OpenMP state, and a
     # child that asks for more threads than an already-started parent pool hangs (docs/performance.md).

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -178,7 +179,9 @@ def plain_child(users: int, ratings: int, workers: int, optimizer: str) -> None:
     print(json.dumps({"samples_per_second": result["samples_per_second"]}), flush=True)
 
 
-def main(sizes: str, ratings: int, workers: int, optimizer: str, out: str, plot: bool) -> int:
+def main(
+    sizes: str, ratings: int, workers: int, optimizer: str, out: str, plot: bool, pairs: int = 1
+) -> int:
     users = [table_users(s) for s in sizes.split(",")]
     workdir = tempfile.mkdtemp(prefix="hogwild-scale-", dir=os.path.dirname(os.path.abspath(out)))
     rows = []
@@ -195,6 +198,17 @@ def main(sizes: str, ratings: int, workers: int, optimizer: str, out: str, plot:
             row["framework"] = framework(u, ratings, workers, optimizer, workdir)
             row["dd_mb_per_s"] = dd(workdir, model_bytes)
             row["plain"] = plain(u, ratings, workers, optimizer, workdir)
+            for _ in range(pairs - 1):  # more of both, alternating: samples/s as their medians
+                more = (
+                    framework(u, ratings, workers, optimizer, workdir),
+                    plain(u, ratings, workers, optimizer, workdir),
+                )
+                for side, extra in zip(("framework", "plain"), more):
+                    row[side].setdefault("runs", [row[side].get("samples_per_second")])
+                    row[side]["runs"].append(extra.get("samples_per_second"))
+            for side in ("framework", "plain") if pairs > 1 else ():
+                runs = [r for r in row[side]["runs"] if r]
+                row[side]["samples_per_second"] = statistics.median(runs) if runs else None
             rows.append(row)
             print(_line(row, rows[0]), flush=True)
     finally:

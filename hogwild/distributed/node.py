@@ -76,6 +76,10 @@ class Node(Protocol):
     def final_checkpoint(self, save: Callable[[torch.Tensor | None], None]) -> None:
         """The last checkpoint, with every node's progress from the last round."""
 
+    def stopping(self, status: str) -> None:
+        """This node's run stops early (interrupted or failed): said where the other nodes can
+        read it, so that one node killed outright is told from those that stopped."""
+
     def figures(self, mine: dict[str, Any]) -> dict[str, Any] | None:
         """The summary's `distributed` section (None on one machine)."""
 
@@ -118,6 +122,8 @@ class LocalNode:
 
     def final_checkpoint(self, save: Callable[[torch.Tensor | None], None]) -> None:
         save(None)
+
+    def stopping(self, status: str) -> None: ...
 
     def figures(self, mine: dict[str, Any]) -> dict[str, Any] | None:
         return None

@@ -28,6 +28,7 @@ import datetime
 import logging
 import os
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,10 @@ from hogwild.distributed.averaging import Averaging
 from hogwild.errors import ConfigError, HogwildError, NodeSyncError
 
 log = logging.getLogger("hogwild")
+
+STOPPED = "hogwild/stopped"  # store key prefix: a node's last word (NodeSync.stopping)
+STORE_SECONDS = 2.0  # a store call's limit when a node stops: its host may be gone
+SILENT_SECONDS = 3.0  # how long rank 0 waits for the other nodes' last word
 
 
 def _attempt_store(dist, store):
@@ -66,8 +71,9 @@ def _attempt_store(dist, store):
     return store
 
 
-def _join(cfg: DistributedConfig, device: torch.device) -> torch.device:
-    """Join the process group torchrun's environment describes; the device collectives use."""
+def _join(cfg: DistributedConfig, device: torch.device):
+    """Join the process group torchrun's environment describes: the device collectives use,
+    and the rendezvous store."""
     import torch.distributed as dist
 
     missing = [
@@ -83,10 +89,9 @@ def _join(cfg: DistributedConfig, device: torch.device) -> torch.device:
     )
     timeout = datetime.timedelta(seconds=cfg.timeout_seconds)
     store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
-    dist.init_process_group(
-        backend, store=_attempt_store(dist, store), rank=rank, world_size=world, timeout=timeout
-    )
-    return device if backend == "nccl" else torch.device("cpu")
+    store = _attempt_store(dist, store)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    return device if backend == "nccl" else torch.device("cpu"), store
 
 
 def _differences(mine: dict[str, Any], theirs: dict[str, Any], rank: int) -> str:
@@ -107,8 +112,9 @@ class NodeSync:
         import torch.distributed as dist
 
         self.cfg, self.dist = cfg, dist
-        self.device = _join(cfg, device)
+        self.device, self.store = _join(cfg, device)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.said_stop = False
         self.is_writer = self.rank == 0
         self.num_train_total: int | None = None  # the whole training split, before sharding
         self.params: list[torch.Tensor] = []
@@ -222,6 +228,34 @@ class NodeSync:
         except Exception as e:  # noqa: BLE001 - each of them means the same to the run
             raise NodeSyncError(blame(self.rank, self.world, what, e, self.cfg)) from None
 
+    def stopping(self, status: str) -> None:
+        """This node's last word, `hogwild/stopped/<rank>` in the rendezvous store (torchrun's
+        agent keeps it while it stops the nodes): a node killed outright never says it, which
+        is how rank 0 names it (`silent_nodes`). Said once; a store that is gone is no news."""
+        if self.said_stop:
+            return
+        self.said_stop = True
+        try:
+            self.store.set_timeout(datetime.timedelta(seconds=STORE_SECONDS))
+            self.store.set(f"{STOPPED}/{self.rank}", status)
+        except Exception:  # noqa: BLE001 - the store's host is gone too: nothing to tell
+            pass
+
+    def silent_nodes(self, wait: float) -> list[int] | None:
+        """The other nodes that have not said they stopped within `wait` seconds: killed or
+        crashed (a node that stopped says so at once). None when the store cannot be read."""
+        others = [r for r in range(self.world) if r != self.rank]
+        deadline = time.monotonic() + wait
+        try:
+            self.store.set_timeout(datetime.timedelta(seconds=STORE_SECONDS))
+            while True:
+                silent = [r for r in others if not self.store.check([f"{STOPPED}/{r}"])]
+                if not silent or time.monotonic() >= deadline:
+                    return silent
+                time.sleep(0.05)
+        except Exception:  # noqa: BLE001 - the store's host is gone: nobody to ask
+            return None
+
     def figures(self, mine: dict[str, Any]) -> dict[str, Any]:
         """The summary's `distributed` section (`all_nodes_figures`)."""
         return all_nodes_figures(self, mine)
@@ -252,9 +286,13 @@ def all_nodes_figures(node: NodeSync, mine: dict[str, Any]) -> dict[str, Any]:
     }
     # a collective: only when every node got through its final rounds (else it would wait)
     per_node: list[Any] = [mine]
+    gone: dict[str, Any] = {}
     if mine["status"] == "completed":
         per_node = [None] * node.world
         node.collective("the final report", node.dist.all_gather_object, per_node, mine)
+    else:
+        node.stopping(mine["status"])
+        gone = stopped_nodes(node) if node.is_writer else {}
     rates = [p["samples_per_second"] for p in per_node]
     table = avg.final_table if avg else None
     return {
@@ -268,7 +306,39 @@ def all_nodes_figures(node: NodeSync, mine: dict[str, Any]) -> dict[str, Any]:
         else None,
         "samples_seen_all_nodes": None if table is None else int(table[:, 2].sum()),
         "per_node": per_node,
+        **gone,
     }
+
+
+def stopped_nodes(node: NodeSync) -> dict[str, Any]:
+    """Rank 0 of a run that stopped early: which nodes never said they stopped (killed or
+    crashed; under torchrun's agent the SIGTERM that stopped this node came from the agent,
+    after one of them died), logged and in the summary, and whether torchrun restarts the
+    nodes or its `--max-restarts` is spent."""
+    silent = node.silent_nodes(SILENT_SECONDS)
+    out: dict[str, Any] = {} if silent is None else {"silent_nodes": silent}
+    env = os.environ
+    restarts = ""
+    if "TORCHELASTIC_RESTART_COUNT" in env and "TORCHELASTIC_MAX_RESTARTS" in env:
+        count, most = int(env["TORCHELASTIC_RESTART_COUNT"]), int(env["TORCHELASTIC_MAX_RESTARTS"])
+        out["torchrun_restarts"] = {"done": count, "max_restarts": most}
+        restarts = (
+            f"; torchrun's --max-restarts={most} is spent: no restart follows"
+            if count >= most
+            else f"; torchrun restarts the nodes (restart {count + 1} of {most})"
+        )
+    if silent:
+        who = ", ".join(f"node {r}" for r in silent)
+        log.error(
+            "%s never said %s stopped: killed or crashed (torchrun's own report gives how it "
+            "exited)%s",
+            who,
+            "it" if len(silent) == 1 else "they",
+            restarts,
+        )
+    elif restarts:
+        log.warning("the run stopped%s", restarts)
+    return out
 
 
 # What gloo / nccl / the TCP store say when the other end of a connection went away (a node

@@ -208,6 +208,8 @@ class RunLoop:
                 )
             elif isinstance(action, StopWorkers):
                 self.control.stop[0] = 1
+                if not self.state.finished_reason:  # interrupted or failed: the other nodes hear it
+                    self.node.stopping(self.state.status.value)
                 if self.state.finished_reason:
                     log.info("%s; stopping the workers", action.reason)
                 elif self.state.status is RunStatus.INTERRUPTED:

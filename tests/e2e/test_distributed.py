@@ -141,6 +141,13 @@ def test_killing_one_node_ends_the_other_and_leaves_nothing(tmp_path):
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert "hogwild.train" in stderr or "FAILED" in stderr or "failed" in stderr
+    # node 0, stopped by the agent's SIGTERM, names the node that never said it stopped
+    summary = read_summary(run_dir)
+    assert summary["status"] in ("interrupted", "failed"), summary["status"]
+    assert summary["distributed"]["silent_nodes"] == [1], summary["distributed"]
+    assert summary["distributed"]["torchrun_restarts"] == {"done": 0, "max_restarts": 0}
+    assert "node 1 never said it stopped: killed or crashed" in stderr, stderr[-3000:]
+    assert "--max-restarts=0 is spent: no restart follows" in stderr
     gone = time.monotonic() + 15
     while tagged_processes(tag) and time.monotonic() < gone:
         time.sleep(0.2)

@@ -227,3 +227,44 @@ def test_one_node_gloo_group_runs_the_rounds_and_reports_them(monkeypatch):
     assert 0 <= d["sync_wait_seconds"] <= d["sync_seconds"]
     assert 0 <= d["sync_transfer_seconds"] <= d["sync_in_flight_seconds"]
     assert d["per_node"][0]["sync_end_wait_seconds"] == d["sync_end_wait_seconds"]
+
+
+def stopping_node(store, rank: int, world: int) -> NodeSync:
+    """A NodeSync's last-word half on an in-process store, without a process group."""
+    node = NodeSync.__new__(NodeSync)
+    node.store, node.rank, node.world, node.said_stop = store, rank, world, False
+    return node
+
+
+def test_rank_0_names_the_nodes_that_never_said_they_stopped(monkeypatch, caplog):
+    from hogwild.distributed import torchrun
+
+    store = dist.HashStore()
+    rank_0, rank_2 = stopping_node(store, 0, 3), stopping_node(store, 2, 3)
+    rank_2.stopping("interrupted")  # stopped by the agent's SIGTERM, as rank 0 was
+    rank_0.stopping("interrupted")
+    assert store.get("hogwild/stopped/2") == b"interrupted"
+    monkeypatch.setattr(torchrun, "SILENT_SECONDS", 0.2)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
+    with caplog.at_level("ERROR", logger="hogwild"):
+        gone = torchrun.stopped_nodes(rank_0)
+    assert gone == {"silent_nodes": [1], "torchrun_restarts": {"done": 1, "max_restarts": 1}}
+    assert "node 1 never said it stopped: killed or crashed" in caplog.text
+    assert "torchrun's --max-restarts=1 is spent: no restart follows" in caplog.text
+
+
+def test_a_node_says_it_stopped_once_and_a_lost_store_is_no_news():
+    class Gone:
+        def set_timeout(self, timeout):
+            raise RuntimeError("Connection reset by peer")
+
+    store = dist.HashStore()
+    node = stopping_node(store, 1, 2)
+    node.stopping("failed")
+    node.stopping("interrupted")  # the first word stands
+    assert store.get("hogwild/stopped/1") == b"failed"
+    assert stopping_node(store, 0, 2).silent_nodes(0.0) == []
+    lost = stopping_node(Gone(), 0, 2)
+    lost.stopping("interrupted")  # no raise
+    assert lost.silent_nodes(0.0) is None  # nobody to ask: nobody named
