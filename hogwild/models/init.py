@@ -19,14 +19,21 @@ PARALLEL_MIN_NUMEL = 1 << 24  # 64 MiB of float32
 CHUNK_NUMEL = 1 << 22
 
 
-def normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0) -> torch.Tensor:
+def normal_(
+    tensor: torch.Tensor,
+    mean: float = 0.0,
+    std: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """N(mean, std) into `tensor`; the chunks' seeds come from `generator` (torch's default one
+    when None)."""
     if (
         tensor.numel() < PARALLEL_MIN_NUMEL
         or tensor.device.type != "cpu"
         or not tensor.is_contiguous()
     ):
-        return torch.nn.init.normal_(tensor, mean, std)
-    base = int(torch.randint(0, 2**62, (1,)))  # from the default generator: seeded runs repeat
+        return torch.nn.init.normal_(tensor, mean, std, generator=generator)
+    base = int(torch.randint(0, 2**62, (1,), generator=generator))  # seeded runs repeat
     flat = tensor.detach().view(-1)
     starts = range(0, flat.numel(), CHUNK_NUMEL)
 
