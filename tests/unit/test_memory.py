@@ -137,3 +137,18 @@ def test_the_mf_tables_can_be_built_on_meta_for_sizing():
     with torch.device("meta"):
         model = MatrixFactorization(num_users=10**9, num_items=10**8)
     assert memory.model_bytes(model) == (10**9 + 10**8) * 33 * 4 + 4
+
+
+def test_parallel_normal_init_follows_the_generator_it_is_given(monkeypatch):
+    """The synthetic ratings' true factors: seeded by the data's own generator, not torch's
+    default one (which the model's seed sets)."""
+    monkeypatch.setattr(init, "PARALLEL_MIN_NUMEL", 1 << 16)
+    monkeypatch.setattr(init, "CHUNK_NUMEL", 1 << 12)
+    a, b, c = (torch.empty(1 << 17) for _ in range(3))
+    init.normal_(a, 0.0, 1.0, generator=torch.Generator().manual_seed(7))
+    torch.manual_seed(1)  # the default generator does not matter
+    init.normal_(b, 0.0, 1.0, generator=torch.Generator().manual_seed(7))
+    init.normal_(c, 0.0, 1.0, generator=torch.Generator().manual_seed(8))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    small = init.normal_(torch.empty(100), 0.0, 1.0, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(small, torch.empty(100).normal_(generator=torch.Generator().manual_seed(7)))
