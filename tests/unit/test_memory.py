@@ -152,3 +152,19 @@ def test_parallel_normal_init_follows_the_generator_it_is_given(monkeypatch):
     assert torch.equal(a, b) and not torch.equal(a, c)
     small = init.normal_(torch.empty(100), 0.0, 1.0, generator=torch.Generator().manual_seed(7))
     assert torch.equal(small, torch.empty(100).normal_(generator=torch.Generator().manual_seed(7)))
+
+
+def test_a_big_born_shared_tensor_gets_its_pages_at_once_and_stays_as_made(monkeypatch):
+    monkeypatch.setattr(sharing, "POPULATE_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(sharing, "POPULATE_CHUNK", 1 << 20)  # several chunks, on every core
+    with sharing.born_shared():
+        zeros, ones = torch.zeros(4 << 20), torch.ones(3, 1 << 20)
+    assert zeros.is_shared() and ones.is_shared()
+    assert not zeros.any() and bool((ones == 1).all())
+    # populating pages that hold data leaves the data as it is (Linux 5.14+; False before)
+    done = sharing.populate(ones.data_ptr() + 100, ones.numel() * 4 - 100)
+    assert done in (True, False) and bool((ones == 1).all())
+
+
+def test_populate_is_a_no_op_where_the_kernel_cannot():
+    assert sharing.populate(0, 1 << 20) is False  # no mapping there: nothing happens
