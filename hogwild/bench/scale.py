@@ -198,17 +198,18 @@ def main(
             row["framework"] = framework(u, ratings, workers, optimizer, workdir)
             row["dd_mb_per_s"] = dd(workdir, model_bytes)
             row["plain"] = plain(u, ratings, workers, optimizer, workdir)
-            for _ in range(pairs - 1):  # more of both, alternating: samples/s as their medians
-                more = (
-                    framework(u, ratings, workers, optimizer, workdir),
-                    plain(u, ratings, workers, optimizer, workdir),
-                )
-                for side, extra in zip(("framework", "plain"), more):
-                    row[side].setdefault("runs", [row[side].get("samples_per_second")])
-                    row[side]["runs"].append(extra.get("samples_per_second"))
-            for side in ("framework", "plain") if pairs > 1 else ():
-                runs = [r for r in row[side]["runs"] if r]
-                row[side]["samples_per_second"] = statistics.median(runs) if runs else None
+            if pairs > 1:  # more of both, alternating: samples/s as each side's median
+                runs = {
+                    side: [row[side].get("samples_per_second")] for side in ("framework", "plain")
+                }
+                for _ in range(pairs - 1):
+                    for side, run in (("framework", framework), ("plain", plain)):
+                        extra = run(u, ratings, workers, optimizer, workdir)
+                        runs[side].append(extra.get("samples_per_second"))
+                for side, values in runs.items():
+                    done = [v for v in values if v]
+                    row[side]["runs"] = values
+                    row[side]["samples_per_second"] = statistics.median(done) if done else None
             rows.append(row)
             print(_line(row, rows[0]), flush=True)
     finally:

@@ -313,6 +313,6 @@ def _process_start_time(reached: float) -> float:
 def interpreter_start(process_start: float, loaded_at: float) -> float:
     """A process keeps its start time across exec: a shell that ran other commands before it
     exec'd python (`bash -c 'make data; python -m hogwild train'`, a subshell's last command)
-    would add their time to the run's start-up. Python reaches this module within about a
-    second of its exec; much later than that, the CLI's main() is the start."""
+    would add their time to the run's start-up. Python reaches the CLI's main() within about a
+    second of its exec; much later than that, main() is the start."""
     return process_start if loaded_at - process_start < EXEC_SECONDS else loaded_at

@@ -26,14 +26,14 @@ class Resumed:
     overrides: list[str]  # what is composed: `own`, then what was given now
 
 
-def _key(override: str) -> str:
+def override_key(override: str) -> str:
     """`+experiment=mnist` -> `experiment`: the key an override sets (or removes)."""
     return override.split("=", 1)[0].lstrip("+~")
 
 
 def _value(overrides: list[str], key: str) -> str | None:
     """The value given last for `key`, unquoted as Hydra reads it (`'runs/my run'`)."""
-    values = [o.split("=", 1)[1] for o in overrides if "=" in o and _key(o) == key]
+    values = [o.split("=", 1)[1] for o in overrides if "=" in o and override_key(o) == key]
     if not values:
         return None
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -76,26 +76,36 @@ def with_own_overrides(overrides: list[str]) -> Resumed | None:
         return None
     if not isinstance(saved, list) or not all(isinstance(o, str) for o in saved):
         return None
-    saved = [o for o in saved if not _key(o).startswith("hydra.") and _key(o) != "resume_from"]
-    given = {_key(o) for o in overrides if "=" in o or o.startswith("~")}
+    saved = [
+        o
+        for o in saved
+        if not override_key(o).startswith("hydra.") and override_key(o) != "resume_from"
+    ]
+    given = {override_key(o) for o in overrides if "=" in o or o.startswith("~")}
     # Hydra lets a later `key=value` replace an earlier one (and `~key` remove it), but refuses
     # a key added twice (`+experiment=a +experiment=b`) and a value for a key removed before
-    added_now = {_key(o) for o in overrides if o.startswith("+")}
-    valued_now = {_key(o) for o in overrides if "=" in o}
+    added_now = {override_key(o) for o in overrides if o.startswith("+")}
+    valued_now = {override_key(o) for o in overrides if "=" in o}
     # another choice of a group now (data=digits after data=synthetic): the run's values inside
     # it (data.seed=3) belonged to the old choice; the same choice again keeps them
     changed_groups = {k for k in given if "." not in k and _value(overrides, k) != _value(saved, k)}
     saved = [
-        o for o in saved if "." not in _key(o) or _key(o).split(".", 1)[0] not in changed_groups
+        o
+        for o in saved
+        if "." not in override_key(o) or override_key(o).split(".", 1)[0] not in changed_groups
     ]
     kept = [
         o
         for o in saved
-        if not (o.startswith("+") and _key(o) in added_now)
-        and not (o.startswith("~") and _key(o) in valued_now)
+        if not (o.startswith("+") and override_key(o) in added_now)
+        and not (o.startswith("~") and override_key(o) in valued_now)
     ]
-    own = [o for o in saved if _key(o) not in given]
-    own = [o for i, o in enumerate(own) if _key(o) not in {_key(p) for p in own[i + 1 :]}]
+    own = [o for o in saved if override_key(o) not in given]
+    own = [
+        o
+        for i, o in enumerate(own)
+        if override_key(o) not in {override_key(p) for p in own[i + 1 :]}
+    ]
     # before the first override given now, after the options before it (`--config-dir X`):
     # Hydra's argparse takes the overrides only as one unbroken run of words
     first = next((i for i, o in enumerate(overrides) if "=" in o and not o.startswith("-")), 0)

@@ -52,8 +52,9 @@ def read_job(
         if summary_file.is_file()
         else {"status": NOT_RUN if not_run else REFUSED if refused else "missing"}
     )
+    number = job_number(job.name)
     return {
-        "job": job.name if job_number(job.name) is None else str(job_number(job.name)),
+        "job": job.name if number is None else str(number),
         "folder": str(job),
         "overrides": list(overrides or []),
         **{k: summary.get(k) for k in FIELDS},
@@ -75,16 +76,15 @@ def job_folder(number: int, overrides, exclude_keys, fixed: tuple[str, ...] = ()
     and joined as Hydra joins them, so that TensorBoard's run list says what each job tried:
     `0_trainer.num_workers=1`, `1_trainer.num_workers=2`. Only the number when nothing varies;
     a `/` in a value becomes `_`, and a long name is cut (the number keeps it unique)."""
+    from hogwild.cli.resume import override_key
+
     skip = {*fixed, *(exclude_keys or ())}
-    varying = ",".join(sorted(o for o in overrides or () if _key(o) not in skip))
+    # a group's key as exclude_keys names it: `model@pkg=mlp` -> `model`
+    varying = ",".join(
+        sorted(o for o in overrides or () if override_key(o).split("@", 1)[0] not in skip)
+    )
     cut = varying.replace("/", "_").encode()[:_LONGEST_BYTES].decode(errors="ignore")
     return f"{number}_{cut}" if cut else str(number)
-
-
-def _key(override: str) -> str:
-    """An override's key or group, as Hydra's exclude_keys name it: `+model.x=1` -> `model.x`,
-    `model@pkg=mlp` -> `model`."""
-    return override.split("=", 1)[0].lstrip("+~").split("@", 1)[0]
 
 
 def fixed_keys(argv: list[str]) -> tuple[str, ...]:

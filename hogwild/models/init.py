@@ -10,10 +10,11 @@ as before.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+
+from hogwild.config.schema import usable_cores
 
 PARALLEL_MIN_NUMEL = 1 << 24  # 64 MiB of float32
 CHUNK_NUMEL = 1 << 22
@@ -41,6 +42,6 @@ def normal_(
         g = torch.Generator().manual_seed(base + i)
         flat[starts[i] : starts[i] + CHUNK_NUMEL].normal_(mean, std, generator=g)
 
-    with torch.no_grad(), ThreadPoolExecutor(max(1, len(os.sched_getaffinity(0)))) as pool:
+    with torch.no_grad(), ThreadPoolExecutor(usable_cores()) as pool:
         list(pool.map(fill, range(len(starts))))
     return tensor

@@ -207,11 +207,16 @@ def populate(address: int, nbytes: int) -> bool:
     of a table is filled and checkpointed. False where the kernel cannot (then nothing
     changes: the faults come as before)."""
     import ctypes
+    import sys
     from concurrent.futures import ThreadPoolExecutor
 
+    from hogwild.config.schema import usable_cores
+
+    if not sys.platform.startswith("linux"):  # MADV_POPULATE_WRITE is Linux's number
+        return False
     try:
         madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):  # not Linux
+    except (OSError, AttributeError):
         return False
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     page = os.sysconf("SC_PAGE_SIZE")
@@ -221,8 +226,7 @@ def populate(address: int, nbytes: int) -> bool:
     def one(lo: int) -> bool:
         return madvise(lo, min(POPULATE_CHUNK, end - lo), MADV_POPULATE_WRITE) == 0
 
-    workers = max(1, len(os.sched_getaffinity(0)))
-    with ThreadPoolExecutor(workers) as pool:  # ctypes releases the GIL for the call
+    with ThreadPoolExecutor(usable_cores()) as pool:  # ctypes releases the GIL for the call
         return all(pool.map(one, range(start, end, POPULATE_CHUNK)))
 
 

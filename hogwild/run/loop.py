@@ -208,19 +208,20 @@ class RunLoop:
                 )
             elif isinstance(action, StopWorkers):
                 self.control.stop[0] = 1
-                if not self.state.finished_reason:  # interrupted or failed: the other nodes hear it
-                    self.node.stopping(self.state.status.value)
                 if self.state.finished_reason:
                     log.info("%s; stopping the workers", action.reason)
-                elif self.state.status is RunStatus.INTERRUPTED:
-                    log.warning(
-                        "%s received: stopping the workers at their next step (again to force)%s",
-                        action.reason,
-                        # torchrun's agent stops every node it runs once one of them failed
-                        "; under torchrun, its own report says whether a node failed first"
-                        if self.node.world > 1 and action.reason == "SIGTERM"
-                        else "",
-                    )
+                else:  # interrupted or failed: the other nodes hear it
+                    self.node.stopping(self.state.status.value)
+                    if self.state.status is RunStatus.INTERRUPTED:
+                        log.warning(
+                            "%s received: stopping the workers at their next step (again to "
+                            "force)%s",
+                            action.reason,
+                            # torchrun's agent stops every node it runs once one of them failed
+                            "; under torchrun, its own report says whether a node failed first"
+                            if self.node.world > 1 and action.reason == "SIGTERM"
+                            else "",
+                        )
             elif isinstance(action, Stalled):
                 log.error(
                     "worker %d took no step for %.0f s (trainer.stall_seconds=%g); where it is:\n%s",
