@@ -237,10 +237,16 @@ class Trainer:
         if (
             self.shared_optimizer
         ):  # built on the device, in the layout, the workers' parameters have
+            what = "the shared optimizer state"
             with sharing.translating_failures(
-                "the shared optimizer state", "a per-worker optimizer state or a smaller model"
+                what, "a per-worker optimizer state or a smaller model"
             ):
-                state = shared_state.build(self.optimizer_factory, list(self.model.parameters()))
+                # big state tensors (row-wise Adagrad's) are made in shared memory, not copied there
+                cpu = plan.device.type == "cpu"
+                with sharing.born_shared(what=what) if cpu else contextlib.nullcontext():
+                    state = shared_state.build(
+                        self.optimizer_factory, list(self.model.parameters())
+                    )
                 if (
                     self.node.is_writer and plan.resume_from
                 ):  # other nodes get rank 0's with the weights

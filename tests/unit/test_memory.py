@@ -4,8 +4,11 @@ shared memory (hogwild.process.sharing.born_shared) and the parallel initialisat
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import shutil
+import sys
 
 import pytest
 import torch
@@ -180,3 +183,50 @@ def test_a_big_born_shared_tensor_gets_its_pages_at_once_and_stays_as_made(monke
 
 def test_populate_is_a_no_op_where_the_kernel_cannot():
     assert sharing.populate(0, 1 << 20) is False  # no mapping there: nothing happens
+
+
+linux_shm = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not os.path.isdir(sharing.SHM_DIR),
+    reason="segments of hogwild's own are made on Linux, in /dev/shm",
+)
+
+
+@linux_shm
+def test_a_big_segment_is_this_processs_own_file_mapped_by_torch_and_leaves_no_name(monkeypatch):
+    """Under file_descriptor a big segment is made here (no posix_fallocate on one core): torch
+    maps it as any storage it receives, shares it by its fd, and no name stays in /dev/shm."""
+    monkeypatch.setattr(sharing, "POPULATE_MIN_BYTES", 1 << 20)
+    sharing.set_sharing_strategy("file_descriptor")
+    made = []
+    monkeypatch.setattr(sharing, "populate", lambda *a: made.append(a) or True)
+    monkeypatch.setattr(torch.UntypedStorage, "_new_shared", None)  # not torch's own segment
+    storage = sharing.new_segment(4 << 20)
+    assert made == [(storage.data_ptr(), 4 << 20)] and storage.is_shared()
+    t = torch.empty(0, dtype=torch.uint8).set_(storage)
+    assert not t.any()
+    t[:5] = torch.arange(1, 6)
+    fd, size = storage._share_fd_cpu_()  # what a worker receives: the same memory
+    assert size == 4 << 20 and os.pread(fd, 5, 0) == bytes([1, 2, 3, 4, 5])
+    assert not [n for n in os.listdir(sharing.SHM_DIR) if n.startswith(f"torch_{os.getpid()}_")]
+
+
+@linux_shm
+def test_a_segment_whose_pages_cannot_be_made_is_one_clear_error(monkeypatch):
+    """populate fails (a kernel before 5.14, or /dev/shm filled by another program since the
+    check): the pages are reserved as torch does, and a full /dev/shm says so in one line."""
+    monkeypatch.setattr(sharing, "POPULATE_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(sharing, "populate", lambda *a: False)
+    sharing.set_sharing_strategy("file_descriptor")
+    assert sharing.new_segment(2 << 20).nbytes() == 2 << 20  # reserved instead
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(sharing.os, "posix_fallocate", full)
+    with pytest.raises(SharedMemoryError) as e:
+        sharing.new_segment(2 << 20, what="the shared optimizer state")
+    assert str(e.value) == (
+        "cannot make 2.0 MiB of shared memory in /dev/shm for the shared optimizer state "
+        "(No space left on device): free space in /dev/shm, enlarge it (e.g. docker "
+        "--shm-size), or use a smaller model"
+    )
