@@ -193,33 +193,43 @@ class _BornShared(TorchFunctionMode):
                 f"{_size(self.total)} of shared memory: free space in {self.shm_dir}, "
                 "enlarge it (e.g. docker --shm-size), or use a smaller model"
             )
-        storage = new_segment(nbytes, self.shm_dir, self.what)
+        value = None  # torch.empty's: written next (an init), so its pages are made now
+        if func is torch.zeros:
+            value = 0
+        elif func is torch.ones:
+            value = 1
+        elif func is torch.full:
+            value = args[1] if len(args) > 1 else kwargs["fill_value"]
+        written = value is None or bool(value != 0)  # a new segment reads as zeros
+        storage = new_segment(nbytes, self.shm_dir, self.what, written)
         t = torch.empty(0, dtype=meta.dtype).set_(storage, 0, meta.shape, meta.stride())
-        if func is torch.full:
-            t.fill_(args[1] if len(args) > 1 else kwargs["fill_value"])
-        elif func is torch.ones:  # zeros need nothing: a new segment reads as zeros
-            t.fill_(1)
+        if value is not None and written:
+            t.fill_(value)
         return t.requires_grad_(bool(kwargs.get("requires_grad")))
 
 
 def new_segment(
-    nbytes: int, shm_dir: str = SHM_DIR, what: str = "the model"
+    nbytes: int, shm_dir: str = SHM_DIR, what: str = "the model", written: bool = True
 ) -> torch.UntypedStorage:
-    """A new shared segment of `nbytes`, zero-filled, whose pages all exist: no later write
-    faults (or dies of a bus error when /dev/shm is full). torch's own segment (`_new_shared`)
-    reserves its pages with one posix_fallocate, on one core: 1.0-1.3 s for 3 GiB here, before
-    `populate` maps them on every core (0.9 s). Under file_descriptor on Linux, a segment of
-    POPULATE_MIN_BYTES or more is made here instead: a file in `shm_dir` unlinked as soon as it
-    is open (torch does the same with its own), sized, mapped by torch as any shared storage it
-    receives, and populated, which makes the pages on every core (1.5-1.65 s for 3 GiB, all
-    told). Where it cannot populate, the pages are reserved as torch does."""
+    """A new shared segment of `nbytes`, zero-filled, whose pages are reserved (a write never
+    dies of a bus error when /dev/shm is full) and, when this process is about to write it all
+    (`written`: an init, a fill) and it is POPULATE_MIN_BYTES or more, made: mapped in bulk,
+    not one fault per page. torch's own segment (`_new_shared`) reserves with one
+    posix_fallocate, on one core: 1.0-1.3 s for 3 GiB here, and `populate` then maps the pages
+    on every core (0.9 s). Under file_descriptor on Linux such a segment is made here instead: a
+    file in `shm_dir` unlinked as soon as it is open (as torch's own are), sized, mapped by
+    torch as any shared storage it receives, and populated, which makes the pages on every core
+    (1.5-1.65 s for 3 GiB, all told); where it cannot populate, it reserves as torch does. A
+    segment of zeros keeps torch's: reserving is all it needs (each process maps the pages it
+    touches in its own page tables: populating here makes none for the workers)."""
     if (
-        nbytes < POPULATE_MIN_BYTES
+        not written
+        or nbytes < POPULATE_MIN_BYTES
         or mp.get_sharing_strategy() != "file_descriptor"
         or not sys.platform.startswith("linux")
     ):
-        storage = torch.UntypedStorage._new_shared(nbytes)  # pages reserved, made on touch
-        if nbytes >= POPULATE_MIN_BYTES:
+        storage = torch.UntypedStorage._new_shared(nbytes)  # reserved, mapped as touched
+        if written and nbytes >= POPULATE_MIN_BYTES:
             populate(storage.data_ptr(), nbytes)
         return storage
     try:
