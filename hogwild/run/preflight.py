@@ -135,6 +135,69 @@ def check_optimizer(factory: Callable[..., torch.optim.Optimizer]) -> None:
         ) from None
 
 
+# torch's own optimizers (2.13) whose step refuses a sparse gradient ("... does not support
+# sparse gradients"); SGD, Adagrad and SparseAdam take them
+DENSE_ONLY = (
+    "ASGD",
+    "Adadelta",
+    "Adafactor",
+    "Adam",
+    "AdamW",
+    "Adamax",
+    "Muon",
+    "NAdam",
+    "RAdam",
+    "RMSprop",
+    "Rprop",
+)
+
+
+def check_sparse_gradients(
+    model: torch.nn.Module, factory: Callable[..., torch.optim.Optimizer]
+) -> None:
+    """A model with sparse gradients (nn.Embedding(sparse=True): model=mf, sparse_linear) and one
+    of torch's optimizers that cannot step them: every worker would fail at its first step, or
+    (SGD with momentum) slow down step after step, since the momentum of sparse gradients is a
+    sparse tensor that grows by a batch of rows every step (22x slower over one epoch of the MF
+    experiment's data, worse with every epoch). Refused here with the ways out. torch's
+    optimizers are known by their arguments: building one to try it imports torch._dynamo
+    (~1.5 s). Any other optimizer is left to its own first step."""
+    sparse = memory.sparse_parameters(model)
+    if not sparse:
+        return
+    cls, kw = getattr(factory, "func", factory), getattr(factory, "keywords", None) or {}
+    if not isinstance(cls, type) or cls.__module__.split(".")[:2] != ["torch", "optim"]:
+        return
+    name, made = cls.__name__, "which the model's nn.Embedding(sparse=True) tables make"
+    others = ["optimizer=rowwise_adagrad", "optimizer=adagrad"]
+    apis = ["hogwild.optim.RowwiseAdagrad", "torch.optim.Adagrad"]
+    if name in DENSE_ONLY:
+        key, why = f"optimizer._target_=torch.optim.{name}", f"cannot step sparse gradients, {made}"
+    elif name == "SGD" and kw.get("momentum"):
+        key = f"optimizer.momentum={kw['momentum']}"
+        why = (
+            f"SGD keeps the momentum of sparse gradients ({made.removeprefix('which ')} them) "
+            "as a sparse tensor that grows by a batch of rows every step, each step slower "
+            "than the last"
+        )
+        others, apis = ["optimizer.momentum=0", *others], ["momentum=0", *apis]
+    elif name in ("SGD", "Adagrad") and kw.get("weight_decay"):
+        key = f"optimizer.weight_decay={kw['weight_decay']}"
+        why = f"{name} cannot add weight decay to sparse gradients, {made}"
+        others = ["optimizer.weight_decay=0", *others]
+        apis = ["weight_decay=0", *apis]
+    elif name == "SparseAdam" and any(id(p) not in sparse for p in model.parameters()):
+        key = "optimizer._target_=torch.optim.SparseAdam"
+        why = "steps sparse gradients only, and the model has dense parameters too"
+    else:
+        return
+    others = [o for o in others if o != f"optimizer={name.lower()}"]  # not the one refused
+    apis = [a for a in apis if not a.endswith(f".{name}")]
+    said = f"{key}: {why}"
+    cli = f"{said}: use {', '.join(others)}, or model.sparse=false"
+    raise ConfigError(f"{said}: use {', '.join(apis)}, or dense embeddings", cli=cli)
+
+
 def checks_arguments_first(factory: Callable[..., torch.optim.Optimizer], keywords) -> bool:
     """torch's own optimizers whose every argument check comes before Optimizer.__init__ (torch
     2.13; Adam, AdamW, SGD and Adagrad check `fused` only after it), and hogwild's."""
@@ -252,6 +315,7 @@ def _prepare(
     check_threads(cfg)
     workload.check(cfg.num_workers)
     check_optimizer(optimizer_factory)
+    check_sparse_gradients(model, optimizer_factory)
     if node.is_writer:
         check_writable(output_dir, model, optimizer_copies=2)  # room for an Adam-sized state
     device = device_rules.resolve(cfg.device)

@@ -13,6 +13,8 @@ import torch
 from torch.optim.optimizer import required
 
 from hogwild import HogwildError
+from hogwild.errors import ConfigError
+from hogwild.optim.rowwise_adagrad import RowwiseAdagrad
 from hogwild.process import sharing
 from hogwild.process.sharing import FD_HEADROOM, PreflightError
 from hogwild.run import preflight
@@ -267,3 +269,79 @@ def test_every_shipped_optimizer_is_checked_without_a_parameter_group(name):
     assert preflight.checks_arguments_first(factory, factory.keywords)
     with pytest.raises(ValueError, match=preflight.EMPTY_PARAMETERS):
         factory([])
+
+
+def sparse_model() -> torch.nn.Module:
+    """nn.Embedding(sparse=True) beside a dense bias: matrix factorization's kind of model."""
+    model = torch.nn.Module()
+    model.table, model.bias = torch.nn.Embedding(10, 2, sparse=True), torch.nn.Linear(2, 1)
+    return model
+
+
+@pytest.mark.parametrize("name", preflight.DENSE_ONLY)
+def test_what_is_known_of_torchs_optimizers_and_sparse_gradients_is_what_torch_does(name):
+    """DENSE_ONLY is what these torch optimizers' first step does with a sparse gradient; SGD,
+    Adagrad and SparseAdam take one. A torch that changes either fails here."""
+    cls = getattr(torch.optim, name, None)
+    if cls is None:
+        pytest.skip(f"torch.optim.{name} is not in this torch")
+    p = torch.nn.Parameter(torch.zeros(4, 2))
+    p.grad = torch.sparse_coo_tensor([[1]], torch.ones(1, 2), (4, 2))
+    with pytest.raises(RuntimeError, match="sparse gradients"):
+        cls([p], lr=0.1).step()
+    for taker in (torch.optim.SGD, torch.optim.Adagrad, torch.optim.SparseAdam):
+        taker([p], lr=0.1).step()
+
+
+@pytest.mark.parametrize(
+    ("factory", "key", "way_out"),
+    [
+        (
+            functools.partial(torch.optim.Adam),
+            "optimizer._target_=torch.optim.Adam: cannot",
+            "optimizer=adagrad, or",
+        ),
+        (
+            functools.partial(torch.optim.SGD, lr=0.1, momentum=0.5),
+            "optimizer.momentum=0.5: SGD keeps",
+            "use optimizer.momentum=0, ",
+        ),
+        (
+            functools.partial(torch.optim.Adagrad, weight_decay=0.1),
+            "optimizer.weight_decay=0.1: Adagrad",
+            "use optimizer.weight_decay=0, optimizer=rowwise_adagrad, or",
+        ),
+        (
+            functools.partial(torch.optim.SparseAdam),
+            "optimizer._target_=torch.optim.SparseAdam: steps",
+            "model.sparse=false",
+        ),
+    ],
+)
+def test_an_optimizer_that_cannot_step_sparse_gradients_is_refused_naming_the_key(
+    factory, key, way_out
+):
+    with pytest.raises(ConfigError) as e:
+        preflight.check_sparse_gradients(sparse_model(), factory)
+    assert e.value.cli.startswith(key) and way_out in e.value.cli, e.value.cli
+    assert "model.sparse" not in str(e.value)  # the Python API's words: dense embeddings
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        functools.partial(torch.optim.SGD, lr=0.1, momentum=0.0),
+        functools.partial(torch.optim.Adagrad, lr=0.1),
+        functools.partial(RowwiseAdagrad, lr=0.1, weight_decay=0.1),  # hogwild's: its own step
+    ],
+)
+def test_optimizers_that_step_sparse_gradients_pass(factory):
+    preflight.check_sparse_gradients(sparse_model(), factory)
+
+
+def test_a_dense_model_is_not_asked_about_sparse_gradients():
+    dense = torch.nn.Linear(2, 1)
+    preflight.check_sparse_gradients(
+        dense, functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9)
+    )
+    preflight.check_sparse_gradients(dense, functools.partial(torch.optim.Adam))

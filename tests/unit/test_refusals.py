@@ -36,6 +36,16 @@ def test_bad_config_is_one_line_and_writes_nothing(tmp_path, override, fragments
     assert_refused_cleanly(cli_here([override], run_dir), run_dir, *fragments)
 
 
+def test_an_optimizer_that_cannot_step_the_models_sparse_gradients_is_one_line(tmp_path):
+    """model=mf with the default optimizer group (SGD, momentum 0.5): its step would slow down
+    step after step (hogwild.run.preflight.check_sparse_gradients)."""
+    run_dir = tmp_path / "run"
+    args = ["+experiment=matrix_factorization", "optimizer=sgd", "data.num_ratings=1000"]
+    assert_refused_cleanly(
+        cli_here(args, run_dir), run_dir, "optimizer.momentum=0.5: SGD keeps", "model.sparse=false"
+    )
+
+
 def test_mnist_offline_is_one_line_naming_the_files_and_folder(tmp_path):
     root, run_dir = tmp_path / "mnist", tmp_path / "run"
     mirror = f"data.mirrors=[http://127.0.0.1:{free_port()}/]"
