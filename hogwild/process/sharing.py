@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
+import math
 import multiprocessing.forkserver
 import os
 import re
@@ -33,7 +35,10 @@ FD_HEADROOM = 256
 FORKSERVER_EXTRA_FDS = 3 + 4
 # torch's words when a segment it made cannot be mapped (both strategies):
 # "unable to mmap 188160000 bytes from file </torch_26373_4083891241_4>: Cannot allocate memory (12)"
-MMAP_FAILED = re.compile(r"unable to mmap (\d+) bytes from file <(/torch_[^>]+)>: (.+?) \((\d+)\)")
+# (a segment of hogwild's own, mapped from its fd, is "<filename not specified>" there)
+MMAP_FAILED = re.compile(
+    r"unable to mmap (\d+) bytes from file <(/torch_[^>]+|filename not specified)>: (.+?) \((\d+)\)"
+)
 # ... when it cannot open, size or write one: "unable to open shared memory object </torch_...>"
 SEGMENT_FAILED = re.compile(r"<(/torch_[^>]+)>")
 # ... when a plain allocation fails (a copy made while sharing: the layout, the optimizer state)
@@ -200,12 +205,22 @@ class _BornShared(TorchFunctionMode):
             value = 1
         elif func is torch.full:
             value = args[1] if len(args) > 1 else kwargs["fill_value"]
-        written = value is None or bool(value != 0)  # a new segment reads as zeros
+        written = value is None or not _reads_as_zero(value)
         storage = new_segment(nbytes, self.shm_dir, self.what, written)
         t = torch.empty(0, dtype=meta.dtype).set_(storage, 0, meta.shape, meta.stride())
         if value is not None and written:
             t.fill_(value)
         return t.requires_grad_(bool(kwargs.get("requires_grad")))
+
+
+def _reads_as_zero(value: Any) -> bool:
+    """Whether a fill with `value` leaves a new segment's bytes as they are: all zero. -0.0 has
+    its sign bit set; tensors and complex numbers are filled as given."""
+    if isinstance(value, (bool, int)):
+        return value == 0
+    if isinstance(value, float):
+        return value == 0 and math.copysign(1.0, value) > 0
+    return False
 
 
 def new_segment(
@@ -217,8 +232,9 @@ def new_segment(
     not one fault per page. torch's own segment (`_new_shared`) reserves with one
     posix_fallocate, on one core: 1.0-1.3 s for 3 GiB here, and `populate` then maps the pages
     on every core (0.9 s). Under file_descriptor on Linux such a segment is made here instead: a
-    file in `shm_dir` unlinked as soon as it is open (as torch's own are), sized, mapped by
-    torch as any shared storage it receives, and populated, which makes the pages on every core
+    file in `shm_dir` that never has a name (O_TMPFILE; where the file system cannot, one
+    unlinked as soon as it is open, as torch's own are), sized, mapped by torch as any shared
+    storage it receives, and populated, which makes the pages on every core
     (1.5-1.65 s for 3 GiB, all told); where it cannot populate, it reserves as torch does. A
     segment of zeros keeps torch's: reserving is all it needs (each process maps the pages it
     touches in its own page tables: populating here makes none for the workers)."""
@@ -233,16 +249,20 @@ def new_segment(
             populate(storage.data_ptr(), nbytes)
         return storage
     try:
-        path = os.path.join(shm_dir, f"torch_{os.getpid()}_hogwild_{secrets.token_hex(8)}")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd = _unnamed_file(shm_dir)
         try:
-            os.unlink(path)  # the mapping keeps it; nothing is left in shm_dir, whatever happens
             os.ftruncate(fd, nbytes)
-            storage = torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)  # keeps its own dup
+            try:
+                storage = torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)  # maps a dup
+            except RuntimeError as e:  # the mmap refused (ulimit -v): one line, no fd left
+                _close_copies(fd)
+                raise _shared_memory_error(str(e), what, "a smaller model") or e from None
         finally:
             os.close(fd)
+        kept = storage._share_fd_cpu_()[0]
+        os.set_inheritable(kept, False)  # as torch's own: not for programs this one runs
         if not populate(storage.data_ptr(), nbytes):
-            os.posix_fallocate(storage._share_fd_cpu_()[0], 0, nbytes)  # raises ENOSPC
+            os.posix_fallocate(kept, 0, nbytes)  # raises ENOSPC
     except OSError as e:
         raise SharedMemoryError(
             f"cannot make {_size(nbytes)} of shared memory in {shm_dir} for {what} "
@@ -250,6 +270,33 @@ def new_segment(
             "or use a smaller model"
         ) from None
     return storage
+
+
+def _unnamed_file(shm_dir: str) -> int:
+    """A new file in `shm_dir` that no other process can open by name, and that no signal can
+    leave behind: O_TMPFILE, or a name unlinked as soon as it is open."""
+    flags = os.O_RDWR | os.O_CLOEXEC
+    try:
+        return os.open(shm_dir, flags | os.O_TMPFILE, 0o600)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+    path = os.path.join(shm_dir, f"torch_{os.getpid()}_hogwild_{secrets.token_hex(8)}")
+    fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    os.unlink(path)
+    return fd
+
+
+def _close_copies(fd: int) -> None:
+    """Close the other fds of this process on `fd`'s file (torch's dup of it, which a failed
+    mmap leaves open)."""
+    st = os.fstat(fd)
+    with contextlib.suppress(OSError):
+        for other in map(int, os.listdir("/proc/self/fd")):
+            with contextlib.suppress(OSError):
+                o = os.fstat(other)
+                if other != fd and (o.st_ino, o.st_dev) == (st.st_ino, st.st_dev):
+                    os.close(other)
 
 
 def populate(address: int, nbytes: int) -> bool:
@@ -275,11 +322,15 @@ def populate(address: int, nbytes: int) -> bool:
     start = address - address % page  # madvise wants a page-aligned start
     end = address + nbytes
 
-    def one(lo: int) -> bool:
-        return madvise(lo, min(POPULATE_CHUNK, end - lo), MADV_POPULATE_WRITE) == 0
+    cores = usable_cores()
+    per_core = -(-(end - start) // cores)  # every core gets a share, however big the segment
+    chunk = min(POPULATE_CHUNK, -(-per_core // 2**21) * 2**21)  # in whole 2 MiB (huge) pages
 
-    with ThreadPoolExecutor(usable_cores()) as pool:  # ctypes releases the GIL for the call
-        return all(pool.map(one, range(start, end, POPULATE_CHUNK)))
+    def one(lo: int) -> bool:
+        return madvise(lo, min(chunk, end - lo), MADV_POPULATE_WRITE) == 0
+
+    with ThreadPoolExecutor(cores) as pool:  # ctypes releases the GIL for the call
+        return all(pool.map(one, range(start, end, chunk)))
 
 
 def share_tensors(tensors: Iterable[torch.Tensor]) -> None:

@@ -153,49 +153,55 @@ DENSE_ONLY = (
 
 
 def check_sparse_gradients(
-    model: torch.nn.Module, factory: Callable[..., torch.optim.Optimizer]
+    model: torch.nn.Module,
+    factory: Callable[..., torch.optim.Optimizer],
+    shared_optimizer: bool = False,
 ) -> None:
     """A model with sparse gradients (nn.Embedding(sparse=True): model=mf, sparse_linear) and one
     of torch's optimizers that cannot step them: every worker would fail at its first step, or
-    (SGD with momentum) slow down step after step, since the momentum of sparse gradients is a
-    sparse tensor that grows by a batch of rows every step (22x slower over one epoch of the MF
-    experiment's data, worse with every epoch). Refused here with the ways out. torch's
-    optimizers are known by their arguments: building one to try it imports torch._dynamo
-    (~1.5 s). Any other optimizer is left to its own first step."""
-    sparse = memory.sparse_parameters(model)
+    (SGD with momentum, one buffer per worker) slow down step after step, since the momentum of
+    sparse gradients is a sparse tensor that grows by a batch of rows every step (22x slower
+    over one epoch of the MF experiment's data, worse with every epoch; a shared buffer is built
+    dense: it does not grow, but every step scales all of it, a cost that grows with the table,
+    so it is let be and not advised). Refused here with the ways out. torch's optimizers are known by
+    their arguments: building one to try it imports torch._dynamo (~1.5 s). Any other
+    optimizer, and frozen parameters, are left alone."""
+    trained = [p for p in model.parameters() if p.requires_grad]
+    sparse = memory.sparse_parameters(model) & {id(p) for p in trained}
     if not sparse:
         return
     cls, kw = getattr(factory, "func", factory), getattr(factory, "keywords", None) or {}
     if not isinstance(cls, type) or cls.__module__.split(".")[:2] != ["torch", "optim"]:
         return
     name, made = cls.__name__, "which the model's nn.Embedding(sparse=True) tables make"
-    others = ["optimizer=rowwise_adagrad", "optimizer=adagrad"]
-    apis = ["hogwild.optim.RowwiseAdagrad", "torch.optim.Adagrad"]
+    others = ["optimizer=rowwise_adagrad", "optimizer=adagrad", "model.sparse=false"]
+    apis = ["hogwild.optim.RowwiseAdagrad", "torch.optim.Adagrad", "dense embeddings"]
     if name in DENSE_ONLY:
-        key, why = f"optimizer._target_=torch.optim.{name}", f"cannot step sparse gradients, {made}"
-    elif name == "SGD" and kw.get("momentum"):
-        key = f"optimizer.momentum={kw['momentum']}"
+        key, api_key = f"optimizer._target_=torch.optim.{name}", f"torch.optim.{name}"
+        why = f"cannot step sparse gradients, {made}"
+    elif name == "SGD" and kw.get("momentum") and not shared_optimizer:
+        key, api_key = f"optimizer.momentum={kw['momentum']}", f"SGD(momentum={kw['momentum']})"
         why = (
             f"SGD keeps the momentum of sparse gradients ({made.removeprefix('which ')} them) "
-            "as a sparse tensor that grows by a batch of rows every step, each step slower "
-            "than the last"
+            "as a sparse tensor per worker that grows by a batch of rows every step, each step "
+            "slower than the last"
         )
         others, apis = ["optimizer.momentum=0", *others], ["momentum=0", *apis]
     elif name in ("SGD", "Adagrad") and kw.get("weight_decay"):
         key = f"optimizer.weight_decay={kw['weight_decay']}"
+        api_key = f"{name}(weight_decay={kw['weight_decay']})"
         why = f"{name} cannot add weight decay to sparse gradients, {made}"
-        others = ["optimizer.weight_decay=0", *others]
-        apis = ["weight_decay=0", *apis]
-    elif name == "SparseAdam" and any(id(p) not in sparse for p in model.parameters()):
-        key = "optimizer._target_=torch.optim.SparseAdam"
+        others, apis = ["optimizer.weight_decay=0", *others], ["weight_decay=0", *apis]
+    elif name == "SparseAdam" and any(id(p) not in sparse for p in trained):
+        key, api_key = "optimizer._target_=torch.optim.SparseAdam", "torch.optim.SparseAdam"
         why = "steps sparse gradients only, and the model has dense parameters too"
+        others, apis = others[:2], apis[:2]  # dense embeddings would not help it
     else:
         return
     others = [o for o in others if o != f"optimizer={name.lower()}"]  # not the one refused
     apis = [a for a in apis if not a.endswith(f".{name}")]
-    said = f"{key}: {why}"
-    cli = f"{said}: use {', '.join(others)}, or model.sparse=false"
-    raise ConfigError(f"{said}: use {', '.join(apis)}, or dense embeddings", cli=cli)
+    cli = f"{key}: {why}: use {', '.join(others[:-1])} or {others[-1]}"
+    raise ConfigError(f"{api_key}: {why}: use {', '.join(apis[:-1])} or {apis[-1]}", cli=cli)
 
 
 def checks_arguments_first(factory: Callable[..., torch.optim.Optimizer], keywords) -> bool:
@@ -315,7 +321,7 @@ def _prepare(
     check_threads(cfg)
     workload.check(cfg.num_workers)
     check_optimizer(optimizer_factory)
-    check_sparse_gradients(model, optimizer_factory)
+    check_sparse_gradients(model, optimizer_factory, shared_optimizer)
     if node.is_writer:
         check_writable(output_dir, model, optimizer_copies=2)  # room for an Adam-sized state
     device = device_rules.resolve(cfg.device)

@@ -170,13 +170,16 @@ def test_a_big_born_shared_tensor_gets_its_pages_at_once_and_stays_as_made(monke
     can = sharing.populate(probe.data_ptr(), 1 << 20)  # Linux 5.14+; False before
     before = shmem_rss()
     with sharing.born_shared():
-        zeros, ones = torch.zeros(4 << 20), torch.ones(3, 1 << 20)
+        zeros, empty = torch.zeros(4 << 20), torch.empty(3, 1 << 20)
         no_fill = torch.full((4 << 20,), 0.0)
     made = shmem_rss() - before
-    assert zeros.is_shared() and ones.is_shared() and no_fill.is_shared()
-    if can:  # the ones' 12 MiB of pages were made at once; zeros need none (only reserved)
+    assert zeros.is_shared() and empty.is_shared() and no_fill.is_shared()
+    if can:  # the empty one's 12 MiB of pages were made, unwritten; zeros need none (reserved)
         assert (3 << 20) * 4 <= made < (3 << 20) * 4 + (4 << 20) * 4, made
-    assert not zeros.any() and not no_fill.any() and bool((ones == 1).all())
+    assert not zeros.any() and not no_fill.any()
+    with sharing.born_shared():
+        ones, negative_zeros = torch.ones(3, 1 << 20), torch.full((4 << 20,), -0.0)
+    assert bool((ones == 1).all()) and bool(torch.signbit(negative_zeros).all())
     # populating pages that hold data leaves the data as it is
     sharing.populate(ones.data_ptr() + 100, ones.numel() * 4 - 100)
     assert bool((ones == 1).all())
@@ -201,7 +204,9 @@ def test_a_big_segment_is_this_processs_own_file_mapped_by_torch_and_leaves_no_n
     made = []
     monkeypatch.setattr(sharing, "populate", lambda *a: made.append(a) or True)
     monkeypatch.setattr(torch.UntypedStorage, "_new_shared", None)  # not torch's own segment
-    storage = sharing.new_segment(4 << 20)
+    with sharing.born_shared():
+        table = torch.empty(1 << 20)  # written next (an init): a segment of hogwild's own
+    storage = table.untyped_storage()
     assert made == [(storage.data_ptr(), 4 << 20)] and storage.is_shared()
     t = torch.empty(0, dtype=torch.uint8).set_(storage)
     assert not t.any()
@@ -231,3 +236,28 @@ def test_a_segment_whose_pages_cannot_be_made_is_one_clear_error(monkeypatch):
         "(No space left on device): free space in /dev/shm, enlarge it (e.g. docker "
         "--shm-size), or use a smaller model"
     )
+
+
+@linux_shm
+def test_a_segment_the_address_space_limit_refuses_is_one_line_and_leaves_no_fd(monkeypatch):
+    """ulimit -v: torch's mmap of the segment fails ("<filename not specified>"), and its dup of
+    the segment's fd would stay open."""
+    import resource
+
+    monkeypatch.setattr(sharing, "POPULATE_MIN_BYTES", 1 << 20)
+    sharing.set_sharing_strategy("file_descriptor")
+    fds = len(os.listdir("/proc/self/fd"))
+    with open("/proc/self/status") as f:
+        size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (size + (64 << 20), limits[1]))
+    try:
+        with pytest.raises(SharedMemoryError) as e:
+            with sharing.born_shared(what="the shared optimizer state"):
+                torch.empty(256 << 20, dtype=torch.uint8)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, limits)
+    assert str(e.value).startswith(
+        "cannot map 256.0 MiB of shared memory for the shared optimizer state (address-space limit"
+    )
+    assert len(os.listdir("/proc/self/fd")) == fds
