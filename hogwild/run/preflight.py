@@ -187,6 +187,10 @@ def check_sparse_gradients(
             "slower than the last"
         )
         others, apis = ["optimizer.momentum=0", *others], ["momentum=0", *apis]
+    elif name in ("SGD", "Adagrad") and kw.get("fused"):
+        key, api_key = f"optimizer.fused={kw['fused']}", f"{name}(fused={kw['fused']})"
+        why = f"fused {name} cannot step sparse gradients, {made}"
+        others, apis = ["optimizer.fused=false", *others], ["fused=False", *apis]
     elif name in ("SGD", "Adagrad") and kw.get("weight_decay"):
         key = f"optimizer.weight_decay={kw['weight_decay']}"
         api_key = f"{name}(weight_decay={kw['weight_decay']})"

@@ -291,6 +291,9 @@ def test_what_is_known_of_torchs_optimizers_and_sparse_gradients_is_what_torch_d
         cls([p], lr=0.1).step()
     for taker in (torch.optim.SGD, torch.optim.Adagrad, torch.optim.SparseAdam):
         taker([p], lr=0.1).step()
+    for fused in (torch.optim.SGD, torch.optim.Adagrad):  # but not fused
+        with pytest.raises(RuntimeError, match="sparse grad"):
+            fused([p], lr=0.1, fused=True).step()
 
 
 @pytest.mark.parametrize(
@@ -314,6 +317,11 @@ def test_what_is_known_of_torchs_optimizers_and_sparse_gradients_is_what_torch_d
             functools.partial(torch.optim.Adagrad, weight_decay=0.1),
             "use optimizer.weight_decay=0, optimizer=rowwise_adagrad or model.sparse=false",
             "use weight_decay=0, hogwild.optim.RowwiseAdagrad or dense embeddings",
+        ),
+        (
+            functools.partial(torch.optim.SGD, lr=0.1, fused=True),
+            "optimizer.fused=True: fused SGD cannot step sparse gradients",
+            "use fused=False, ",
         ),
         (  # dense embeddings are no way out for it
             functools.partial(torch.optim.SparseAdam),
