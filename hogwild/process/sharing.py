@@ -86,8 +86,8 @@ def check_shm_space(needed_bytes: int, shm_dir: str = SHM_DIR) -> None:
     if needed_bytes * 1.05 > free:
         raise PreflightError(
             f"{shm_dir} has {free / 2**20:.1f} MiB free but the model and data need "
-            f"{needed_bytes / 2**20:.1f} MiB of shared memory: free space in {shm_dir}, "
-            "enlarge it (e.g. docker --shm-size), or use a smaller data set"
+            f"{needed_bytes / 2**20:.1f} MiB of shared memory: "
+            f"{_shm_way_out(shm_dir, 'a smaller data set')}"
         )
 
 
@@ -195,8 +195,8 @@ class _BornShared(TorchFunctionMode):
         if self.free is not None and self.total * 1.05 > self.free:
             raise SharedMemoryError(
                 f"{self.shm_dir} has {_size(self.free)} free but {self.what} needs at least "
-                f"{_size(self.total)} of shared memory: free space in {self.shm_dir}, "
-                "enlarge it (e.g. docker --shm-size), or use a smaller model"
+                f"{_size(self.total)} of shared memory: "
+                f"{_shm_way_out(self.shm_dir, 'a smaller model')}"
             )
         value = None  # torch.empty's: written next (an init), so its pages are made now
         if func is torch.zeros:
@@ -266,8 +266,7 @@ def new_segment(
     except OSError as e:
         raise SharedMemoryError(
             f"cannot make {_size(nbytes)} of shared memory in {shm_dir} for {what} "
-            f"({e.strerror}): free space in {shm_dir}, enlarge it (e.g. docker --shm-size), "
-            "or use a smaller model"
+            f"({e.strerror}): {_shm_way_out(shm_dir, 'a smaller model')}"
         ) from None
     return storage
 
@@ -413,6 +412,11 @@ def _way_out(smaller: str) -> str:
     if soft != resource.RLIM_INFINITY:
         return f"raise the limit or use {smaller}"
     return f"free some memory or use {smaller}"
+
+
+def _shm_way_out(shm_dir: str, smaller: str) -> str:
+    """The way out when `shm_dir` (a tmpfs of its own size) is too small."""
+    return f"free space in {shm_dir}, enlarge it (e.g. docker --shm-size), or use {smaller}"
 
 
 def _size(n: int) -> str:
