@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from hogwild.cli.resume import override_key
 from hogwild.process.signals import SIGNALS, SignalRelay
 from hogwild.reporting.text import plural, print_cells, shown_path
 from hogwild.run.folder import job_number
@@ -76,8 +77,6 @@ def job_folder(number: int, overrides, exclude_keys, fixed: tuple[str, ...] = ()
     and joined as Hydra joins them, so that TensorBoard's run list says what each job tried:
     `0_trainer.num_workers=1`, `1_trainer.num_workers=2`. Only the number when nothing varies;
     a `/` in a value becomes `_`, and a long name is cut (the number keeps it unique)."""
-    from hogwild.cli.resume import override_key
-
     skip = {*fixed, *(exclude_keys or ())}
     # a group's key as exclude_keys names it: `model@pkg=mlp` -> `model`
     varying = ",".join(

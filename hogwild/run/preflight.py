@@ -163,8 +163,8 @@ def check_sparse_gradients(
     sparse gradients is a sparse tensor that grows by a batch of rows every step (22x slower
     over one epoch of the MF experiment's data, worse with every epoch; a shared buffer is built
     dense: it does not grow, but every step scales all of it, a cost that grows with the table,
-    so it is let be and not advised). Refused here with the ways out. torch's optimizers are known by
-    their arguments: building one to try it imports torch._dynamo (~1.5 s). Any other
+    so it is let be and not advised). Refused here with the ways out. torch's optimizers are
+    known by their arguments: building one to try it imports torch._dynamo (~1.5 s). Any other
     optimizer, and frozen parameters, are left alone."""
     trained = [p for p in model.parameters() if p.requires_grad]
     sparse = memory.sparse_parameters(model) & {id(p) for p in trained}
